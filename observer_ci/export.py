@@ -1,0 +1,139 @@
+"""Export an observed model with ``torch.onnx.export(dynamo=True)`` and describe the file."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+
+from observer_ci.observer import InputObserver
+from observer_ci.results import ExportResult
+
+DEFAULT_OPSET = 20
+ERROR_TAIL_CHARS = 3000
+
+
+def error_tail(exc: BaseException, limit: int = ERROR_TAIL_CHARS) -> str:
+    """``Type: message`` keeping the end of long messages, where exporters say what broke."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if len(text) <= limit:
+        return text
+    return "…" + text[-limit:]
+
+
+def traceback_tail(exc: BaseException, lines: int = 12) -> str:
+    """The last frames of a traceback, for scripts that raised."""
+    formatted = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return "".join(formatted[-lines:]).strip()
+
+
+def as_module(model: Any, method_name: str) -> torch.nn.Module:
+    """A module whose ``forward`` is ``model.<method_name>`` with the same signature."""
+    if method_name == "forward" and isinstance(model, torch.nn.Module):
+        return model
+    method = getattr(model, method_name)
+    signature = inspect.signature(method)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.wrapped, method_name)(*args, **kwargs)
+
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[self_param, *signature.parameters.values()]
+    )
+    cls = type(f"{type(model).__name__}_{method_name}", (torch.nn.Module,), {"forward": forward})
+    wrapper = cls()
+    wrapper.wrapped = model
+    return wrapper
+
+
+def export_observed(
+    model: Any,
+    observer: InputObserver,
+    onnx_path: str | Path,
+    *,
+    method_name: str = "forward",
+    set_batch_dimension_for: Any = None,
+    opset: int = DEFAULT_OPSET,
+) -> ExportResult:
+    """Exports from the observer's inferred arguments and dynamic shapes; never raises."""
+    onnx_path = Path(onnx_path)
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    begin = time.perf_counter()
+    try:
+        inputs = observer.infer_arguments()
+        dynamic_shapes = observer.infer_dynamic_shapes(set_batch_dimension_for)
+        args, kwargs = (inputs, None) if isinstance(inputs, tuple) else ((), inputs)
+        module = as_module(model, method_name)
+        sink = io.StringIO()
+        with contextlib.redirect_stdout(sink), torch.no_grad():
+            program = torch.onnx.export(
+                module,
+                args,
+                kwargs=kwargs,
+                dynamic_shapes=dynamic_shapes,
+                dynamo=True,
+                opset_version=opset,
+                external_data=False,
+                verbose=False,
+            )
+        program.save(str(onnx_path), external_data=_needs_external_data(program))
+    except Exception as e:
+        return ExportResult(ok=False, error=error_tail(e), seconds=time.perf_counter() - begin)
+    seconds = time.perf_counter() - begin
+    result = describe_onnx(onnx_path)
+    result.seconds = seconds
+    return result
+
+
+def _needs_external_data(program: Any) -> bool:
+    try:
+        size = sum(
+            int(v.const_value.nbytes)
+            for v in program.model.graph.initializers.values()
+            if v.const_value is not None
+        )
+    except Exception:
+        return False
+    return size > 1_800_000_000
+
+
+def describe_onnx(onnx_path: str | Path) -> ExportResult:
+    """Opset, node count, size and input names with their (symbolic) dims."""
+    onnx_path = Path(onnx_path)
+    proto = onnx.load(str(onnx_path), load_external_data=False)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    size = onnx_path.stat().st_size
+    for data_file in {
+        e.value
+        for init in proto.graph.initializer
+        for e in init.external_data
+        if e.key == "location"
+    }:
+        extra = onnx_path.parent / data_file
+        if extra.exists():
+            size += extra.stat().st_size
+    node_count = len(proto.graph.node) + sum(len(f.node) for f in proto.functions)
+    dims = {i.name: _dims(i) for i in proto.graph.input}
+    return ExportResult(
+        ok=True,
+        opset=opset,
+        node_count=node_count,
+        file_size=size,
+        onnx_path=str(onnx_path),
+        input_names=[i.name for i in proto.graph.input],
+        input_dims=dims,
+        output_names=[o.name for o in proto.graph.output],
+    )
+
+
+def _dims(value_info: onnx.ValueInfoProto) -> list[int | str]:
+    shape = value_info.type.tensor_type.shape
+    return [d.dim_param if d.dim_param else int(d.dim_value) for d in shape.dim]

@@ -1,0 +1,300 @@
+"""A thin, retrying client for the GitHub REST API.
+
+No business logic lives here: only authentication headers, retries with
+bounded backoff, rate-limit handling, error mapping and pagination. The token
+is never included in ``repr()``, exception messages or log records.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "2022-11-28"
+USER_AGENT = "observer-ci"
+PER_PAGE = 100
+BACKOFF_BASE_S = 1.0
+_MASK = "***"
+
+
+class GitHubError(Exception):
+    """A GitHub API call failed (HTTP error, exhausted retries or connection error)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        method: str | None = None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.method = method
+        self.url = url
+
+    def __str__(self) -> str:
+        where = " ".join(part for part in (self.method, self.url) if part)
+        status = f"HTTP {self.status}" if self.status is not None else "no response"
+        return f"{where} -> {status}: {self.message}" if where else f"{status}: {self.message}"
+
+
+def error_message(response: requests.Response) -> str:
+    """GitHub's error message from a response body, with validation details appended."""
+    try:
+        data = response.json()
+    except ValueError:
+        text = response.text.strip()
+        return text[:500] or (response.reason or "")
+    if not isinstance(data, dict):
+        return str(data)[:500]
+    message = str(data.get("message") or response.reason or "")
+    details = [_error_detail(item) for item in data.get("errors") or []]
+    details = [d for d in details if d]
+    return f"{message}: {'; '.join(details)}" if details else message
+
+
+def _error_detail(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    if item.get("message"):
+        return str(item["message"])
+    parts = [str(item[k]) for k in ("resource", "field", "code") if item.get(k)]
+    return " ".join(parts)
+
+
+def rate_limit_delay(headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds to wait as indicated by rate-limit headers, or None when there are none.
+
+    ``Retry-After`` (seconds or an HTTP date) wins; otherwise
+    ``X-RateLimit-Remaining: 0`` with ``X-RateLimit-Reset`` (epoch seconds).
+    """
+    retry_after = headers.get("Retry-After")
+    if retry_after is not None:
+        return _parse_retry_after(retry_after.strip(), now)
+    if headers.get("X-RateLimit-Remaining", "").strip() == "0":
+        try:
+            reset = float(headers.get("X-RateLimit-Reset", ""))
+        except ValueError:
+            return 0.0
+        return max(0.0, reset - now)
+    return None
+
+
+def _parse_retry_after(value: str, now: float) -> float:
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return max(0.0, when.timestamp() - now)
+
+
+class GitHubClient:
+    """Minimal GitHub REST client with bounded retries."""
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        *,
+        max_retries: int = 4,
+        max_backoff_s: float = 30.0,
+        timeout_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        session: requests.Session | None = None,
+    ) -> None:
+        if not api_url:
+            raise ValueError("api_url must not be empty")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.api_url = api_url.rstrip("/")
+        self.__token = token
+        self.max_retries = max_retries
+        self.max_backoff_s = max(0.0, max_backoff_s)
+        self.timeout_s = timeout_s
+        self._sleep = sleep
+        self._session = session if session is not None else requests.Session()
+        self._origin = _origin(self.api_url)
+
+    def __repr__(self) -> str:
+        return (
+            f"GitHubClient(api_url={self.api_url!r}, token={_MASK!r}, "
+            f"max_retries={self.max_retries})"
+        )
+
+    # -- public API -------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+    ) -> requests.Response:
+        """Send one API call, retrying transient failures; raise GitHubError on failure.
+
+        At most ``max_retries + 1`` attempts are made and each wait is capped at
+        ``max_backoff_s``, so the total sleep is at most ``max_retries * max_backoff_s``.
+        """
+        method = method.upper()
+        url = self._url(path)
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                response = self._send(method, url, params, json)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                error = GitHubError(
+                    f"connection failed: {type(exc).__name__}", method=method, url=url
+                )
+                if last:
+                    raise error from None
+                delay = self._backoff(attempt)
+            else:
+                if response.status_code < 400:
+                    return response
+                delay = self._retry_delay(response, attempt)
+                error = self._error(response, method, url)
+                if delay is None or last:
+                    raise error
+            self._log_retry(error, attempt, delay)
+            self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """GET ``path`` and decode the JSON body."""
+        return _json_or_none(self.request("GET", path, params=params))
+
+    def post_json(self, path: str, json: Any) -> Any:
+        """POST a JSON body to ``path`` and decode the JSON response."""
+        return _json_or_none(self.request("POST", path, json=json))
+
+    def patch_json(self, path: str, json: Any) -> Any:
+        """PATCH a JSON body to ``path`` and decode the JSON response."""
+        return _json_or_none(self.request("PATCH", path, json=json))
+
+    def paginate(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[dict]:
+        """Yield every item of a list endpoint, following ``Link: rel="next"`` to the end."""
+        query = {"per_page": PER_PAGE, **(params or {})}
+        next_url: str | None = path
+        while next_url:
+            response = self.request("GET", next_url, params=query)
+            items = _json_or_none(response)
+            if not isinstance(items, list):
+                raise GitHubError(
+                    "expected a JSON list from a paginated endpoint",
+                    status=response.status_code,
+                    method="GET",
+                    url=response.url,
+                )
+            yield from items
+            next_url = response.links.get("next", {}).get("url")
+            query = {}  # the next link already carries the query string
+
+    # -- internals --------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.__token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": USER_AGENT,
+        }
+
+    def _send(
+        self, method: str, url: str, params: Mapping[str, Any] | None, json: Any
+    ) -> requests.Response:
+        return self._session.request(
+            method,
+            url,
+            params=params or None,
+            json=json,
+            headers=self._headers(),
+            timeout=self.timeout_s,
+            allow_redirects=False,
+        )
+
+    def _url(self, path: str) -> str:
+        """Absolute URL for ``path``; absolute URLs must stay on the API origin."""
+        if "://" not in path:
+            return urljoin(self.api_url + "/", path.lstrip("/"))
+        if _origin(path) != self._origin:
+            raise GitHubError(
+                "refusing to send credentials to a different origin", url=_strip_query(path)
+            )
+        return path
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.max_backoff_s, BACKOFF_BASE_S * 2**attempt)
+
+    def _retry_delay(self, response: requests.Response, attempt: int) -> float | None:
+        """Seconds to wait before retrying ``response``, or None if it must not be retried."""
+        status = response.status_code
+        if status >= 500:
+            return self._backoff(attempt)
+        if status not in (403, 429):
+            return None
+        indicated = rate_limit_delay(response.headers, time.time())
+        if indicated is not None:
+            return min(self.max_backoff_s, indicated)
+        if status == 429 or _mentions_rate_limit(response):
+            return self._backoff(attempt)
+        return None  # a plain 403 is a permission problem: retrying will not help
+
+    def _log_retry(self, error: GitHubError, attempt: int, delay: float) -> None:
+        log.warning(
+            "GitHub %s %s failed (%s), retry %d/%d in %.1fs",
+            error.method,
+            error.url,
+            error.status or "connection error",
+            attempt + 1,
+            self.max_retries,
+            delay,
+        )
+
+    def _error(self, response: requests.Response, method: str, url: str) -> GitHubError:
+        message = error_message(response)
+        if self.__token:
+            message = message.replace(self.__token, _MASK)
+        return GitHubError(message, status=response.status_code, method=method, url=url)
+
+
+def _mentions_rate_limit(response: requests.Response) -> bool:
+    """GitHub's secondary rate limit may answer 403 with only a message in the body."""
+    return "rate limit" in error_message(response).lower()
+
+
+def _json_or_none(response: requests.Response) -> Any:
+    if response.status_code == 204 or not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise GitHubError(
+            "response is not valid JSON",
+            status=response.status_code,
+            method=response.request.method,
+            url=response.url,
+        ) from exc
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def _strip_query(url: str) -> str:
+    return url.split("?", 1)[0]

@@ -1,0 +1,94 @@
+"""What observation scripts declare: ``observer_ci.observe(model, name=...)``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from observer_ci.observer import InputObserver
+
+
+@dataclass
+class ObservedModel:
+    """A model, its observer and how to export it."""
+
+    name: str
+    model: Any
+    observer: InputObserver
+    method_name: str = "forward"
+    set_batch_dimension_for: Any = None
+    script: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: list[ObservedModel] = []
+_CURRENT_SCRIPT = ""
+
+
+def register(
+    model: Any,
+    observer: InputObserver,
+    name: str | None = None,
+    *,
+    method_name: str = "forward",
+    set_batch_dimension_for: Any = None,
+) -> ObservedModel:
+    """Declares an already used InputObserver so the runner exports and checks it."""
+    base = name or type(model).__name__
+    taken = {m.name for m in _REGISTRY}
+    unique, k = base, 2
+    while unique in taken:
+        unique, k = f"{base}#{k}", k + 1
+    entry = ObservedModel(
+        name=unique,
+        model=model,
+        observer=observer,
+        method_name=method_name,
+        set_batch_dimension_for=set_batch_dimension_for,
+        script=_CURRENT_SCRIPT,
+    )
+    _REGISTRY.append(entry)
+    return entry
+
+
+@contextlib.contextmanager
+def observe(
+    model: Any,
+    name: str | None = None,
+    *,
+    store_n_calls: int = 3,
+    method_name: str = "forward",
+    set_batch_dimension_for: Any = None,
+    missing: dict[str, Any] | None = None,
+) -> Iterator[InputObserver]:
+    """Observes ``model.<method_name>`` in the block and registers it for export."""
+    observer = InputObserver(missing=missing)
+    register(
+        model,
+        observer,
+        name,
+        method_name=method_name,
+        set_batch_dimension_for=set_batch_dimension_for,
+    )
+    with observer(model, store_n_calls=store_n_calls, method_name=method_name):
+        yield observer
+
+
+def take_registered() -> list[ObservedModel]:
+    """Returns and clears what scripts registered since the last call."""
+    entries = list(_REGISTRY)
+    _REGISTRY.clear()
+    return entries
+
+
+@contextlib.contextmanager
+def current_script(path: str) -> Iterator[None]:
+    """Tags registrations made while a script runs with its path."""
+    global _CURRENT_SCRIPT
+    previous, _CURRENT_SCRIPT = _CURRENT_SCRIPT, path
+    try:
+        yield
+    finally:
+        _CURRENT_SCRIPT = previous

@@ -1,0 +1,274 @@
+"""The results schema: what a run produced, serialised to ``results.json``.
+
+Every other module speaks in these dataclasses: the runner fills them, the
+report renders them, the baseline compares two of them. Bump
+``SCHEMA_VERSION`` on any incompatible change.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Model statuses, from best to worst.
+STATUS_OK = "ok"
+STATUS_DISCREPANCY = "discrepancy"  # ORT ran but outputs differ beyond tolerance
+STATUS_ORT_FAILED = "ort_failed"  # export ok, onnxruntime failed on at least one observation
+STATUS_EXPORT_FAILED = "export_failed"
+STATUS_OBSERVE_FAILED = "observe_failed"  # inference of args / dynamic shapes failed
+STATUS_SCRIPT_FAILED = "script_failed"  # the observation script raised
+STATUSES = (
+    STATUS_OK,
+    STATUS_DISCREPANCY,
+    STATUS_ORT_FAILED,
+    STATUS_EXPORT_FAILED,
+    STATUS_OBSERVE_FAILED,
+    STATUS_SCRIPT_FAILED,
+)
+
+
+@dataclass
+class InputInfo:
+    """One flattened model input as observed across calls."""
+
+    name: str
+    dtype: str | None
+    shapes: list[list[int] | None]  # one per observation, None where the input was absent
+    dynamic_dims: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ExportResult:
+    """Outcome of ``torch.onnx.export(dynamo=True)``."""
+
+    ok: bool
+    error: str | None = None  # the tail of the message, never the full traceback
+    seconds: float | None = None
+    opset: int | None = None
+    node_count: int | None = None
+    file_size: int | None = None  # bytes, model + external data
+    onnx_path: str | None = None
+    input_names: list[str] = field(default_factory=list)
+    input_dims: dict[str, list[int | str]] = field(default_factory=dict)  # symbolic dims as str
+    output_names: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ObservationResult:
+    """Replay of one observed call in onnxruntime, compared with torch."""
+
+    index: int
+    ok: bool  # onnxruntime ran and the comparison could be made
+    success: bool = False  # ok and within atol / rtol
+    error: str | None = None
+    abs: float | None = None
+    rel: float | None = None
+    hist: dict[str, int] = field(default_factory=dict)  # ">0.1" -> count of elements
+    n_none: int = 0
+    n_empty: int = 0
+    torch_latency_s: float | None = None  # median over repeats
+    ort_latency_s: float | None = None  # median over repeats
+    inputs: str = ""
+    outputs: str = ""
+
+
+@dataclass
+class ProbeResult:
+    """Run on dynamic sizes never observed: proof that the dynamic dims work."""
+
+    ran: bool
+    ok: bool = False
+    success: bool = False
+    error: str | None = None
+    reason: str | None = None  # why it did not run (e.g. no dynamic dimension)
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    abs: float | None = None
+    rel: float | None = None
+
+
+@dataclass
+class ModelResult:
+    """Everything measured for one observed model (or one failed script)."""
+
+    name: str
+    script: str
+    status: str
+    error: str | None = None
+    method_name: str = "forward"
+    n_observations: int = 0
+    inputs: list[InputInfo] = field(default_factory=list)
+    dynamic_shapes: str | None = None  # repr of what was passed to the exporter
+    export: ExportResult | None = None
+    observations: list[ObservationResult] = field(default_factory=list)
+    probe: ProbeResult | None = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def max_abs(self) -> float | None:
+        return _max_or_none(o.abs for o in self.observations)
+
+    @property
+    def max_rel(self) -> float | None:
+        return _max_or_none(o.rel for o in self.observations)
+
+    @property
+    def median_ort_latency_s(self) -> float | None:
+        return _median_or_none(o.ort_latency_s for o in self.observations)
+
+    @property
+    def median_torch_latency_s(self) -> float | None:
+        return _median_or_none(o.torch_latency_s for o in self.observations)
+
+
+@dataclass
+class RunResults:
+    """A whole run: environment fingerprint plus one entry per model."""
+
+    models: list[ModelResult] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+    label: str = ""  # e.g. "head", "base", or a matrix job name
+    created_at: str = ""
+
+    def by_name(self) -> dict[str, ModelResult]:
+        return {m.name: m for m in self.models}
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean_floats(asdict(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False)
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResults:
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"results schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
+            )
+        models = [_model_from_dict(m) for m in data.get("models", [])]
+        return cls(
+            models=models,
+            environment=dict(data.get("environment", {})),
+            schema_version=version,
+            label=data.get("label", ""),
+            created_at=data.get("created_at", ""),
+        )
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> RunResults:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+        return cls.from_dict(data)
+
+
+def environment_fingerprint() -> dict[str, Any]:
+    """Versions and machine facts that make latencies comparable (or not)."""
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+    }
+    for mod in ("torch", "onnx", "onnxruntime", "onnxscript", "transformers", "numpy"):
+        env[mod] = _version_of(mod)
+    try:
+        import torch
+
+        env["torch_threads"] = torch.get_num_threads()
+    except Exception:  # pragma: no cover - torch is a hard dependency
+        env["torch_threads"] = None
+    try:
+        from observer_ci.export import DEFAULT_OPSET
+
+        env["opset"] = DEFAULT_OPSET
+    except Exception:
+        env["opset"] = None
+    return env
+
+
+def _version_of(module: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _max_or_none(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
+
+
+def _median_or_none(values) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def _clean_floats(obj: Any) -> Any:
+    """JSON has no NaN/inf: encode them as strings so the file stays valid JSON."""
+    if isinstance(obj, float):
+        if math.isnan(obj):
+            return "nan"
+        if math.isinf(obj):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {k: _clean_floats(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean_floats(v) for v in obj]
+    return obj
+
+
+def _float_in(value: Any) -> Any:
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    return value
+
+
+def _build(cls, data: dict[str, Any] | None):
+    if data is None:
+        return None
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: _float_in(v) for k, v in data.items() if k in names})
+
+
+def _model_from_dict(data: dict[str, Any]) -> ModelResult:
+    model = _build(ModelResult, data)
+    model.inputs = [_build(InputInfo, i) for i in data.get("inputs", [])]
+    model.export = _build(ExportResult, data.get("export"))
+    model.observations = [_build(ObservationResult, o) for o in data.get("observations", [])]
+    model.probe = _build(ProbeResult, data.get("probe"))
+    return model

@@ -1,0 +1,282 @@
+"""The pipeline: run observation scripts, then export, replay and probe each model."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import runpy
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from observer_ci import registry
+from observer_ci.export import export_observed, traceback_tail
+from observer_ci.observer import InputObserver
+from observer_ci.probe import run_probe
+from observer_ci.replay import make_session, match_feeds, run_ort, time_torch_call
+from observer_ci.results import (
+    STATUS_DISCREPANCY,
+    STATUS_EXPORT_FAILED,
+    STATUS_OBSERVE_FAILED,
+    STATUS_OK,
+    STATUS_ORT_FAILED,
+    STATUS_SCRIPT_FAILED,
+    InputInfo,
+    ModelResult,
+    ObservationResult,
+    RunResults,
+    environment_fingerprint,
+)
+from observer_ci.diff import flatten_outputs, max_diff
+from observer_ci.export import error_tail
+from observer_ci import structure
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunConfig:
+    """Tolerances and timing of the checks."""
+
+    atol: float = 1e-4
+    rtol: float = 0.1
+    hist: tuple[float, ...] = (0.1, 0.01)
+    warmup: int = 2
+    repeat: int = 10
+    probe: bool = True
+
+
+def stderr_progress(message: str) -> None:
+    print(f"[observer-ci] {message}", file=sys.stderr, flush=True)
+
+
+def run_scripts(
+    scripts: Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    config: RunConfig | None = None,
+    label: str = "head",
+    progress: Progress = stderr_progress,
+) -> RunResults:
+    """Runs every script and checks every model it observed. Never raises for bad input."""
+    config = config or RunConfig()
+    out = Path(out_dir)
+    results = RunResults(
+        environment=environment_fingerprint(),
+        label=label,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+    for script in scripts:
+        results.models.extend(run_script(str(script), out, config=config, progress=progress))
+    return results
+
+
+def run_script(
+    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = stderr_progress
+) -> list[ModelResult]:
+    """Executes one observation script, then processes what it registered."""
+    progress(f"running {script}")
+    registry.take_registered()
+    failure: ModelResult | None = None
+    begin = time.perf_counter()
+    try:
+        _execute(script)
+    except BaseException as e:  # SystemExit and KeyboardInterrupt-like exits of scripts too
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        if not (isinstance(e, SystemExit) and e.code in (0, None)):
+            failure = ModelResult(
+                name=Path(script).stem,
+                script=script,
+                status=STATUS_SCRIPT_FAILED,
+                error=traceback_tail(e),
+            )
+            progress(f"{script} raised {type(e).__name__}: {e}")
+    script_seconds = time.perf_counter() - begin
+    entries = registry.take_registered()
+    models = [process_model(entry, out_dir, config=config, progress=progress) for entry in entries]
+    for m in models:
+        m.phase_seconds["script"] = script_seconds
+    if failure is not None:
+        models.append(failure)
+    elif not models:
+        models.append(
+            ModelResult(
+                name=Path(script).stem,
+                script=script,
+                status=STATUS_SCRIPT_FAILED,
+                error="the script observed no model: wrap calls in "
+                "`with observer_ci.observe(model, name=...):`",
+            )
+        )
+    return models
+
+
+def _execute(script: str) -> None:
+    path = Path(script)
+    if not path.is_file():
+        raise FileNotFoundError(f"observation script not found: {script}")
+    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    sys.argv = [str(path)]
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        with registry.current_script(script):
+            runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def safe_filename(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
+
+
+def process_model(
+    entry: registry.ObservedModel,
+    out_dir: Path,
+    *,
+    config: RunConfig,
+    progress: Progress = stderr_progress,
+) -> ModelResult:
+    """Infer, export, replay in onnxruntime, probe unseen shapes: one ModelResult."""
+    obs = entry.observer
+    result = ModelResult(
+        name=entry.name,
+        script=entry.script,
+        status=STATUS_OK,
+        method_name=entry.method_name,
+        n_observations=obs.num_obs(),
+    )
+    phase = _Phases(result)
+    with phase("infer"):
+        try:
+            result.inputs = [
+                InputInfo(s.name, s.dtype, s.shapes, s.dynamic_dims)
+                for s in obs.input_summaries(entry.set_batch_dimension_for)
+            ]
+            result.dynamic_shapes = repr(obs.infer_dynamic_shapes(entry.set_batch_dimension_for))
+        except Exception as e:
+            result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
+            progress(f"{entry.name}: cannot infer export inputs: {result.error}")
+            return result
+    progress(f"{entry.name}: exporting ({obs.num_obs()} calls observed)")
+    onnx_path = out_dir / "onnx" / f"{safe_filename(entry.name)}.onnx"
+    with phase("export"):
+        result.export = export_observed(
+            entry.model,
+            obs,
+            onnx_path,
+            method_name=entry.method_name,
+            set_batch_dimension_for=entry.set_batch_dimension_for,
+        )
+    if not result.export.ok:
+        result.status, result.error = STATUS_EXPORT_FAILED, result.export.error
+        progress(f"{entry.name}: export failed: {(result.export.error or '')[-300:]}")
+        return result
+    progress(f"{entry.name}: exported in {result.export.seconds:.1f}s, replaying")
+    try:
+        session = make_session(onnx_path)
+    except Exception as e:
+        result.status, result.error = STATUS_ORT_FAILED, error_tail(e)
+        return result
+    method = getattr(entry.model, entry.method_name)
+    with phase("replay"):
+        result.observations = [
+            replay_observation(obs, i, session, method, config) for i in range(obs.num_obs())
+        ]
+    if config.probe:
+        with phase("probe"):
+            try:
+                result.probe = run_probe(
+                    obs,
+                    method,
+                    session,
+                    set_batch_dimension_for=entry.set_batch_dimension_for,
+                    atol=config.atol,
+                    rtol=config.rtol,
+                )
+            except Exception as e:
+                from observer_ci.results import ProbeResult
+
+                result.probe = ProbeResult(ran=True, ok=False, error=error_tail(e))
+    result.status = _status(result.observations)
+    if result.status != STATUS_OK:
+        result.error = next((o.error for o in result.observations if o.error), None)
+    progress(f"{entry.name}: {result.status}")
+    return result
+
+
+def replay_observation(
+    obs: InputObserver, index: int, session, method: Callable, config: RunConfig
+) -> ObservationResult:
+    """One stored call in onnxruntime and again in torch, with warm-up and median timing."""
+    row = ObservationResult(index=index, ok=False)
+    layout_flat = obs._layout().flat[index]
+    row.n_none = sum(t is None for t in layout_flat)
+    row.n_empty = sum(t is None or t.numel() == 0 for t in layout_flat)
+    observation = obs.observations[index]
+    row.outputs = structure.tensor_summary(observation.outputs)
+    try:
+        _, row.torch_latency_s = time_torch_call(
+            method, observation.args, observation.kwargs, config.warmup, config.repeat
+        )
+    except Exception as e:
+        row.error = f"torch replay failed: {error_tail(e)}"
+    names = obs.leaf_names()
+    try:
+        flat = obs.infer_arguments(index, flat=True)
+        row.inputs = structure.tensor_summary(dict(zip(names, flat)))
+        feeds = match_feeds([i.name for i in session.get_inputs()], names, flat)
+        got, row.ort_latency_s = run_ort(session, feeds, config.warmup, config.repeat)
+    except Exception as e:
+        row.error = error_tail(e) + _absent_hint(names, layout_flat)
+        return row
+    diff = max_diff(flatten_outputs(observation.outputs), got, hist=config.hist)
+    row.ok = diff.comparable
+    row.abs, row.rel, row.hist = diff.abs, diff.rel, dict(diff.hist)
+    row.success = diff.within(config.atol, config.rtol)
+    if diff.errors:
+        row.error = "; ".join(diff.errors)
+    return row
+
+
+def _absent_hint(names: list[str], flat: list) -> str:
+    absent = [n for n, t in zip(names, flat) if t is None]
+    if not absent:
+        return ""
+    return (
+        f" (this call did not pass {absent[:5]}; the exported graph takes every input, "
+        "so they were filled with empty tensors: the model may treat None and empty "
+        "differently)"
+    )
+
+
+def _status(observations: list[ObservationResult]) -> str:
+    if any(o.ort_latency_s is None for o in observations):
+        return STATUS_ORT_FAILED
+    if not all(o.success for o in observations):
+        return STATUS_DISCREPANCY
+    return STATUS_OK
+
+
+class _Phases:
+    """Context managers timing the phases of one model into ``phase_seconds``."""
+
+    def __init__(self, result: ModelResult):
+        self.result = result
+
+    def __call__(self, name: str) -> _Phase:
+        return _Phase(self.result, name)
+
+
+class _Phase:
+    def __init__(self, result: ModelResult, name: str):
+        self.result, self.name = result, name
+
+    def __enter__(self) -> None:
+        self.begin = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.result.phase_seconds[self.name] = time.perf_counter() - self.begin
