@@ -51,6 +51,7 @@ def as_module(model: Any, method_name: str) -> torch.nn.Module:
     cls = type(f"{type(model).__name__}_{method_name}", (torch.nn.Module,), {"forward": forward})
     wrapper = cls()
     wrapper.wrapped = model
+    wrapper.training = bool(getattr(model, "training", False))  # no recursion into the model
     return wrapper
 
 

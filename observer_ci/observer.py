@@ -568,6 +568,7 @@ class InputObserver:
         """Replays every stored call in onnxruntime; one row per call, errors included."""
         from observer_ci.replay import check_observer
 
+        self._check_captured()
         return check_observer(
             self,
             onnx_model,

@@ -113,10 +113,13 @@ def _unflatten_dynamic_cache(values: Iterable[Any], context: Any) -> Any:
             layer = DynamicSlidingWindowLayer(sliding_window=window)
         else:
             layer = DynamicLayer()
-        # Assign the tensors directly instead of calling ``update`` which would insert a
-        # ``cat`` with an empty tensor into the traced graph.
-        layer.lazy_initialization(k, v)
+        # Assign the tensors directly. ``update`` / ``lazy_initialization`` create a
+        # ``torch.tensor([])`` which, when unflattening inside torch.export, becomes a lifted
+        # constant the ONNX exporter rejects during decomposition (SpecViolationError
+        # "Constant tensor lifted_tensor_N is not in the constants dictionary").
+        layer.dtype, layer.device = k.dtype, k.device
         layer.keys, layer.values = k, v
+        layer.is_initialized = True
         if hasattr(layer, "cumulative_length"):
             layer.cumulative_length = k.shape[-2]
         cache.layers.append(layer)
@@ -133,12 +136,23 @@ def _dynamic_cache_from_dumpable(dumped: str) -> Any:
     return tuple(keys), tuple((s[0], s[1]) for s in specs)
 
 
-def _register_dynamic_cache() -> bool:
+def _registered_by_transformers(cls: type) -> bool:
+    import torch.utils._pytree as pytree
+
+    node = pytree.SUPPORTED_NODES.get(cls)
+    module = getattr(getattr(node, "unflatten_fn", None), "__module__", "") or ""
+    return module.startswith("transformers.")
+
+
+def _register_dynamic_cache(replace_transformers: bool = False) -> bool:
     import torch.utils._pytree as pytree
     from transformers.cache_utils import DynamicCache
 
     if is_registered(DynamicCache):
-        return False
+        if not (replace_transformers and _registered_by_transformers(DynamicCache)):
+            return False
+        pytree._deregister_pytree_node(DynamicCache)
+        _deregister_fx_flatten_spec(DynamicCache)
     pytree.register_pytree_node(
         DynamicCache,
         _flatten_dynamic_cache,
@@ -213,18 +227,36 @@ def _register_fx_flatten_spec(cls: type, flatten_fn: Any) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def register_transformers_pytrees() -> list[str]:
+def _deregister_fx_flatten_spec(cls: type) -> None:
+    try:
+        import torch.fx._pytree as fx_pytree
+    except ImportError:  # pragma: no cover
+        return
+    deregister = getattr(fx_pytree, "_deregister_pytree_flatten_spec", None)
+    if deregister is not None and cls in getattr(fx_pytree, "SUPPORTED_NODES", {}):
+        deregister(cls)
+
+
+def register_transformers_pytrees(replace_transformers: bool = False) -> list[str]:
     """Registers transformers cache classes with ``torch.utils._pytree``.
 
     Idempotent: a class already registered (by a previous call, by transformers'
     ``register_dynamic_cache_export_support`` or by any other library) is left untouched.
     Returns the names of the classes registered by this call, ``[]`` if transformers is
     not installed or everything was already registered.
+
+    With ``replace_transformers=True``, a ``DynamicCache`` registration made by transformers
+    itself (``transformers.integrations.executorch``) is replaced by this module's: both
+    flatten to the same leaves and names, but transformers' unflatten calls
+    ``DynamicCache.update`` which creates a constant ``torch.tensor([])`` inside the traced
+    graph and makes ``torch.onnx.export(..., dynamo=True)`` fail (torch 2.13) with
+    ``SpecViolationError: Constant tensor lifted_tensor_N is not in the constants
+    dictionary``.
     """
     if not _transformers_available():
         return []
     registered = []
-    if _register_dynamic_cache():
+    if _register_dynamic_cache(replace_transformers):
         registered.append("DynamicCache")
     if _register_encoder_decoder_cache():
         registered.append("EncoderDecoderCache")

@@ -1,0 +1,5 @@
+import sys
+
+from observer_ci.cli import main
+
+sys.exit(main())

@@ -1,0 +1,500 @@
+"""Regression rules: compare a head run with a base run and decide what fails the build.
+
+Absolute gates (``abs_max``, ``rel_max``) apply to head alone, so they work
+without a baseline; growth, latency and node-count rules need one. A problem
+already present in base is still reported, but never fails the build
+("still failing"), so a broken main branch does not block every pull request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+from observer_ci.results import (
+    STATUS_EXPORT_FAILED,
+    STATUS_OBSERVE_FAILED,
+    STATUS_ORT_FAILED,
+    STATUS_SCRIPT_FAILED,
+    STATUSES,
+    SCHEMA_VERSION,
+    ModelResult,
+    RunResults,
+)
+
+RULES: tuple[str, ...] = (
+    "script_failed",
+    "export_failed",
+    "ort_failed",
+    "discrepancy",
+    "abs_growth",
+    "rel_growth",
+    "dynamic_dim_lost",
+    "latency_ratio",
+    "node_count_growth",
+    "probe_failed",
+    "model_missing",
+)
+
+DEFAULT_FAIL_ON: frozenset[str] = frozenset(
+    {
+        "script_failed",
+        "export_failed",
+        "ort_failed",
+        "discrepancy",
+        "abs_growth",
+        "rel_growth",
+        "dynamic_dim_lost",
+        "probe_failed",
+    }
+)
+
+GROWTH_FLOOR = 1e-7  # base values at or below this are noise: growth rules defer to abs_max
+STILL_FAILING = "still failing"
+
+# Failed model status -> rule. Observation (argument / dynamic-shape inference)
+# failures prevent the export, so they count as export failures.
+_FAILURE_RULE = {
+    STATUS_SCRIPT_FAILED: "script_failed",
+    STATUS_OBSERVE_FAILED: "export_failed",
+    STATUS_EXPORT_FAILED: "export_failed",
+    STATUS_ORT_FAILED: "ort_failed",
+}
+_RULE_ORDER = {rule: i for i, rule in enumerate(RULES)}
+_SPLIT_RE = re.compile(r"[,\n;]")
+
+
+@dataclass
+class Thresholds:
+    """Limits for the regression rules (see the module docstring)."""
+
+    abs_max: float = 1e-3
+    rel_max: float = 1e-2
+    abs_growth: float = 10.0
+    rel_growth: float = 10.0
+    latency_ratio_max: float = 1.5
+    node_growth_max: float = 1.10
+    min_latency_s: float = 1e-4
+
+
+@dataclass
+class Regression:
+    """One rule that tripped for one model."""
+
+    model: str
+    rule: str
+    message: str
+    base_value: float | str | None
+    head_value: float | str | None
+    fails_build: bool
+
+
+# -- parsing ----------------------------------------------------------------------
+
+
+def threshold_keys() -> tuple[str, ...]:
+    """The keys :func:`parse_thresholds` accepts."""
+    return tuple(f.name for f in fields(Thresholds))
+
+
+def parse_thresholds(text: str | None, base: Thresholds | None = None) -> Thresholds:
+    """Parse ``"abs_max=1e-3, latency_ratio_max=2"`` (commas or newlines) over ``base``."""
+    result = base if base is not None else Thresholds()
+    if not text or not text.strip():
+        return dataclasses.replace(result)
+    valid = threshold_keys()
+    updates: dict[str, float] = {}
+    for item in _split(text):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"threshold {item!r} is not key=value; valid keys: {', '.join(valid)}")
+        if key not in valid:
+            raise ValueError(f"unknown threshold {key!r}; valid keys: {', '.join(valid)}")
+        updates[key] = _parse_positive(key, raw.strip())
+    return dataclasses.replace(result, **updates)
+
+
+def _split(text: str) -> list[str]:
+    items = (part.strip() for part in _SPLIT_RE.split(text))
+    return [item for item in items if item and not item.startswith("#")]
+
+
+def _parse_positive(key: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"threshold {key!r}: {raw!r} is not a number") from None
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"threshold {key!r}: {raw!r} must be a non-negative number")
+    return value
+
+
+def parse_fail_on(text: str | None) -> set[str]:
+    """Parse the rules that fail the build: ``"all"``, ``"none"``, ``"default"`` or a list.
+
+    Items are comma (or newline) separated and combine: ``"default,latency_ratio"``;
+    ``-rule`` removes a rule: ``"all,-model_missing"``. Empty means ``"default"``.
+    """
+    if text is None or not text.strip():
+        return set(DEFAULT_FAIL_ON)
+    selected: set[str] = set()
+    for item in _split(text.replace(" ", ",")):
+        name = item.lower()
+        remove = name.startswith("-")
+        name = name.lstrip("-")
+        rules = _expand_rule_set(name)
+        selected = selected - rules if remove else selected | rules
+    return selected
+
+
+def _expand_rule_set(name: str) -> set[str]:
+    if name == "all":
+        return set(RULES)
+    if name == "none":
+        return set()
+    if name == "default":
+        return set(DEFAULT_FAIL_ON)
+    if name in _RULE_ORDER:
+        return {name}
+    valid = ", ".join(("all", "none", "default", *RULES))
+    raise ValueError(f"unknown fail-on rule {name!r}; valid: {valid}")
+
+
+# -- comparison -------------------------------------------------------------------
+
+
+def compare(
+    head: RunResults,
+    base: RunResults | None,
+    thresholds: Thresholds,
+    fail_on: Iterable[str],
+) -> list[Regression]:
+    """All regressions of ``head`` (against ``base`` when given), in a stable order."""
+    fail_on = set(fail_on)
+    base_models = base.by_name() if base is not None else {}
+    found: list[Regression] = []
+    for model in head.models:
+        old = base_models.get(model.name)
+        found.extend(_compare_model(model, old, thresholds, fail_on))
+    if base is not None:
+        head_names = {m.name for m in head.models}
+        for old in base.models:
+            if old.name not in head_names:
+                found.append(_missing(old, fail_on))
+    return sorted(found, key=_sort_key)
+
+
+def _sort_key(reg: Regression) -> tuple[str, int, str]:
+    return (reg.model, _RULE_ORDER.get(reg.rule, len(RULES)), reg.message)
+
+
+def _compare_model(
+    head: ModelResult, base: ModelResult | None, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    found: list[Regression] = []
+    failure = _failure(head, base, fail_on)
+    if failure is not None:
+        found.append(failure)
+    found.extend(_discrepancy(head, base, th, fail_on))
+    if base is not None:
+        found.extend(_growth(head, base, th, fail_on))
+        found.extend(_dynamic_dims_lost(head, base, fail_on))
+        found.extend(_latency(head, base, th, fail_on))
+        found.extend(_node_count(head, base, th, fail_on))
+    probe = _probe(head, base, fail_on)
+    if probe is not None:
+        found.append(probe)
+    return found
+
+
+def _reg(
+    model: ModelResult,
+    rule: str,
+    message: str,
+    base_value: float | str | None,
+    head_value: float | str | None,
+    fail_on: set[str],
+    *,
+    preexisting: bool = False,
+) -> Regression:
+    fails = rule in fail_on and not preexisting
+    return Regression(model.name, rule, message, base_value, head_value, fails)
+
+
+def _first_line(text: str | None, limit: int = 200) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+def _status_rank(status: str | None) -> int:
+    return STATUSES.index(status) if status in STATUSES else -1
+
+
+def _failure(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:
+    rule = _FAILURE_RULE.get(head.status)
+    if rule is None:
+        return None
+    detail = _first_line(_error_of(head))
+    base_status = base.status if base is not None else None
+    if base is not None and _status_rank(base_status) >= _status_rank(head.status):
+        if base_status == head.status:
+            message = f"{STILL_FAILING} ({head.status})"
+        else:
+            message = f"{STILL_FAILING}: {head.status}, was {base_status} in base"
+        message += f": {detail}" if detail else ""
+        return _reg(head, rule, message, base_status, head.status, fail_on, preexisting=True)
+    if base is None:
+        message = f"{head.status}" + (" (no baseline)" if base_status is None else "")
+    else:
+        message = f"{head.status}, was {base_status} in base"
+    message += f": {detail}" if detail else ""
+    return _reg(head, rule, message, base_status, head.status, fail_on)
+
+
+def _error_of(model: ModelResult) -> str | None:
+    if model.error:
+        return model.error
+    if model.export is not None and model.export.error:
+        return model.export.error
+    for obs in model.observations:
+        if obs.error:
+            return obs.error
+    return None
+
+
+def _exceeds(value: float | None, limit: float) -> bool:
+    return value is not None and (math.isnan(value) or value > limit)
+
+
+def _discrepancy(
+    head: ModelResult, base: ModelResult | None, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    found = []
+    for metric, limit in (("abs", th.abs_max), ("rel", th.rel_max)):
+        value = head.max_abs if metric == "abs" else head.max_rel
+        if not _exceeds(value, limit):
+            continue
+        old = None if base is None else (base.max_abs if metric == "abs" else base.max_rel)
+        message = f"max {metric} error {value:.3g} > {metric}_max {limit:.3g}"
+        preexisting = _exceeds(old, limit)
+        if preexisting:
+            message = f"{STILL_FAILING}: {message} (base {old:.3g})"
+        found.append(
+            _reg(head, "discrepancy", message, old, value, fail_on, preexisting=preexisting)
+        )
+    return found
+
+
+def _growth(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    found = []
+    for rule, metric, factor in (
+        ("abs_growth", "abs", th.abs_growth),
+        ("rel_growth", "rel", th.rel_growth),
+    ):
+        new = head.max_abs if metric == "abs" else head.max_rel
+        old = base.max_abs if metric == "abs" else base.max_rel
+        if new is None or old is None or math.isnan(old) or old <= GROWTH_FLOOR:
+            continue
+        if math.isnan(new) or new / old > factor:
+            ratio = "nan" if math.isnan(new) else f"{new / old:.3g}"
+            message = f"max {metric} error grew ×{ratio} (> ×{factor:.3g}): {old:.3g} → {new:.3g}"
+            found.append(_reg(head, rule, message, old, new, fail_on))
+    return found
+
+
+def dynamic_dims(model: ModelResult) -> dict[str, dict[str, dict[int, str]]]:
+    """Dynamic dims per source: ``{"observed"|"export": {input: {dim: label}}}``."""
+    observed = {
+        info.name: {int(d): "dynamic" for d in info.dynamic_dims} for info in model.inputs
+    }
+    exported: dict[str, dict[int, str]] = {}
+    if model.export is not None and model.export.ok:
+        for name, dims in model.export.input_dims.items():
+            exported[name] = {i: d for i, d in enumerate(dims) if isinstance(d, str)}
+    return {"observed": observed, "export": exported}
+
+
+def _static_size(model: ModelResult, source: str, name: str, dim: int) -> float | str | None:
+    """The head size of a dim that is no longer dynamic, or None if head lacks the input."""
+    if source == "export":
+        if model.export is None or not model.export.ok:
+            return None
+        dims = model.export.input_dims.get(name)
+        if dims is None or dim >= len(dims):
+            return None
+        return dims[dim]
+    for info in model.inputs:
+        if info.name == name:
+            sizes = {tuple(s)[dim] for s in info.shapes if s is not None and dim < len(s)}
+            return sizes.pop() if len(sizes) == 1 else "static"
+    return None
+
+
+def _dynamic_dims_lost(
+    head: ModelResult, base: ModelResult, fail_on: set[str]
+) -> list[Regression]:
+    old_dims, new_dims = dynamic_dims(base), dynamic_dims(head)
+    lost: dict[tuple[str, int], tuple[str, float | str, list[str]]] = {}
+    for source in ("observed", "export"):
+        for name, dims in old_dims[source].items():
+            for dim, label in dims.items():
+                if dim in new_dims[source].get(name, {}):
+                    continue
+                size = _static_size(head, source, name, dim)
+                if size is None or isinstance(size, str) and size != "static":
+                    continue
+                key = (name, dim)
+                old_label = lost[key][0] if key in lost else label
+                if label != "dynamic":
+                    old_label = label
+                sources = [*lost[key][2], source] if key in lost else [source]
+                lost[key] = (old_label, size, sources)
+    found = []
+    for (name, dim), (label, size, sources) in sorted(lost.items()):
+        message = (
+            f"input {name!r} dim {dim} was dynamic in base ({label}) "
+            f"but is static in head ({size}; {', '.join(sources)})"
+        )
+        found.append(_reg(head, "dynamic_dim_lost", message, label, size, fail_on))
+    return found
+
+
+def _latency(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    new, old = head.median_ort_latency_s, base.median_ort_latency_s
+    if new is None or old is None or old <= 0:
+        return []
+    if new < th.min_latency_s and old < th.min_latency_s:
+        return []
+    ratio = new / old
+    if ratio <= th.latency_ratio_max:
+        return []
+    message = (
+        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}): "
+        f"{old:.3g} s → {new:.3g} s"
+    )
+    return [_reg(head, "latency_ratio", message, old, new, fail_on)]
+
+
+def _node_count(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    new = head.export.node_count if head.export is not None else None
+    old = base.export.node_count if base.export is not None else None
+    if new is None or old is None or old <= 0:
+        return []
+    ratio = new / old
+    if ratio <= th.node_growth_max:
+        return []
+    message = f"ONNX node count ×{ratio:.3g} (> ×{th.node_growth_max:.3g}): {old} → {new}"
+    return [_reg(head, "node_count_growth", message, old, new, fail_on)]
+
+
+def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:
+    probe = head.probe
+    if probe is None or not probe.ran or probe.success:
+        return None
+    state = "failed" if not probe.ok else "exceeded tolerance"
+    detail = _first_line(probe.error)
+    message = f"unseen-shape probe {state}" + (f": {detail}" if detail else "")
+    old = base.probe if base is not None else None
+    preexisting = old is not None and old.ran and not old.success
+    base_value = None if old is None else _probe_state(old)
+    if preexisting:
+        message = f"{STILL_FAILING}: {message}"
+    return _reg(
+        head, "probe_failed", message, base_value, state, fail_on, preexisting=preexisting
+    )
+
+
+def _probe_state(probe) -> str:
+    if not probe.ran:
+        return "not run"
+    if probe.success:
+        return "success"
+    return "failed" if not probe.ok else "exceeded tolerance"
+
+
+def _missing(base: ModelResult, fail_on: set[str]) -> Regression:
+    message = "model present in base is missing from head"
+    return _reg(base, "model_missing", message, base.status, None, fail_on)
+
+
+def compare_files(
+    base_path: str | os.PathLike[str] | None,
+    head_path: str | os.PathLike[str],
+    thresholds: Thresholds | None = None,
+    fail_on: Iterable[str] | None = None,
+) -> list[Regression]:
+    """Read two ``results.json`` files and :func:`compare` them (``base_path`` may be None)."""
+    head = RunResults.read(head_path)
+    base = RunResults.read(base_path) if base_path is not None else None
+    rules = DEFAULT_FAIL_ON if fail_on is None else fail_on
+    return compare(head, base, thresholds or Thresholds(), rules)
+
+
+# -- merging matrix jobs ----------------------------------------------------------
+
+
+def merge_results(parts: list[RunResults]) -> RunResults:
+    """Combine matrix job results; names in several parts become ``"name [label]"``."""
+    labels = [part.label or f"part{i + 1}" for i, part in enumerate(parts)]
+    counts: dict[str, int] = {}
+    for part in parts:
+        for name in {m.name for m in part.models}:
+            counts[name] = counts.get(name, 0) + 1
+    models: list[ModelResult] = []
+    taken: set[str] = set()
+    for part, label in zip(parts, labels):
+        for model in part.models:
+            name = model.name if counts[model.name] == 1 else f"{model.name} [{label}]"
+            name = _unique(name, taken)
+            taken.add(name)
+            models.append(dataclasses.replace(model, name=name))
+    return RunResults(
+        models=models,
+        environment=_merge_environments(parts, labels),
+        schema_version=SCHEMA_VERSION,
+        label=_merged_label(labels),
+        created_at=max((p.created_at for p in parts), default=""),
+    )
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name} #{n}" in taken:
+        n += 1
+    return f"{name} #{n}"
+
+
+def _merged_label(labels: list[str]) -> str:
+    distinct = list(dict.fromkeys(labels))
+    return distinct[0] if len(distinct) == 1 else "+".join(distinct)
+
+
+def _merge_environments(parts: list[RunResults], labels: list[str]) -> dict:
+    """Keys all parts agree on at top level, each part's own under ``"parts"``."""
+    envs = [{k: v for k, v in p.environment.items() if k != "parts"} for p in parts]
+    common: dict = {}
+    if envs:
+        for key, value in envs[0].items():
+            if all(key in env and env[key] == value for env in envs[1:]):
+                common[key] = value
+    common["parts"] = [
+        {"label": label, "environment": dict(part.environment)}
+        for part, label in zip(parts, labels)
+    ]
+    return common

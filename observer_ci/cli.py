@@ -1,0 +1,191 @@
+"""Command line: ``observer-ci run | compare | merge | action``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from observer_ci.results import RunResults
+
+EXIT_OK = 0
+EXIT_REGRESSION = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="observer-ci",
+        description="Observe PyTorch model calls, export to ONNX, check onnxruntime, report.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run observation scripts, write results.json + report.md")
+    run.add_argument("scripts", nargs="+", help="observation scripts (globs allowed)")
+    run.add_argument("--out", default="observer-ci-out", help="output directory")
+    run.add_argument("--label", default="head", help="label stored in results.json")
+    run.add_argument("--baseline", help="results.json of the base to compare with")
+    _add_gate_options(run)
+    run.add_argument("--atol", type=float, default=1e-4)
+    run.add_argument("--rtol", type=float, default=0.1)
+    run.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
+    run.add_argument("--repeat", type=int, default=10, help="timed runs (median reported)")
+    run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="accepted for symmetry with `action`: `run` never posts anything",
+    )
+    run.add_argument(
+        "--no-gate", action="store_true", help="always exit 0 once results are written"
+    )
+
+    compare = sub.add_parser("compare", help="compare two results.json files")
+    compare.add_argument("base")
+    compare.add_argument("head")
+    compare.add_argument("--out", help="directory for report.md (default: print only)")
+    _add_gate_options(compare)
+
+    merge = sub.add_parser("merge", help="combine results.json files of matrix jobs")
+    merge.add_argument("parts", nargs="+")
+    merge.add_argument("--out", required=True)
+    merge.add_argument("--baseline", help="results.json of the base to compare with")
+    _add_gate_options(merge)
+
+    action = sub.add_parser("action", help="the GitHub Action (settings from INPUT_* env)")
+    action.add_argument("--dry-run", action="store_true", help="write everything, post nothing")
+    return parser
+
+
+def _add_gate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--thresholds", default="", help="e.g. 'abs_max=1e-3,latency_ratio_max=1.5'"
+    )
+    parser.add_argument(
+        "--fail-on", default="default", help="rules failing the build: list, all, none, default"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "compare":
+            return cmd_compare(args)
+        if args.command == "merge":
+            return cmd_merge(args)
+        from observer_ci.action import main as action_main
+
+        return action_main(dry_run=args.dry_run)
+    except UsageError as e:
+        print(f"observer-ci: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+class UsageError(Exception):
+    """Bad arguments or unreadable files: exit 2 with a clear message."""
+
+
+def expand_scripts(patterns: Sequence[str]) -> list[str]:
+    """Expands globs; a pattern matching nothing is kept so its failure is reported."""
+    import glob
+
+    scripts: list[str] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        scripts.extend(m for m in (matches or [pattern]) if m not in scripts)
+    return scripts
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from observer_ci.run import RunConfig, run_scripts
+
+    thresholds, fail_on = _gate(args)
+    base = _read(args.baseline) if args.baseline else None
+    config = RunConfig(
+        atol=args.atol,
+        rtol=args.rtol,
+        warmup=args.warmup,
+        repeat=args.repeat,
+        probe=not args.no_probe,
+    )
+    head = run_scripts(expand_scripts(args.scripts), args.out, config=config, label=args.label)
+    code = publish(head, base, Path(args.out), thresholds, fail_on)
+    return EXIT_OK if args.no_gate else code
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    thresholds, fail_on = _gate(args)
+    base, head = _read(args.base), _read(args.head)
+    if args.out:
+        return publish(head, base, Path(args.out), thresholds, fail_on, write_results=False)
+    from observer_ci.baseline import compare
+
+    regressions = compare(head, base, thresholds, fail_on)
+    print_regressions(regressions)
+    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from observer_ci.baseline import merge_results
+
+    thresholds, fail_on = _gate(args)
+    merged = merge_results([_read(p) for p in args.parts])
+    base = _read(args.baseline) if args.baseline else None
+    return publish(merged, base, Path(args.out), thresholds, fail_on)
+
+
+def publish(
+    head: RunResults,
+    base: RunResults | None,
+    out: Path,
+    thresholds,
+    fail_on: set[str],
+    *,
+    write_results: bool = True,
+) -> int:
+    """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
+    from observer_ci.baseline import compare
+    from observer_ci.report import render_report
+
+    out.mkdir(parents=True, exist_ok=True)
+    if write_results:
+        head.write(out / "results.json")
+    regressions = compare(head, base, thresholds, fail_on)
+    report = render_report(head, regressions, base, max_chars=10**9)
+    (out / "report.md").write_text(report, encoding="utf-8")
+    for m in head.models:
+        print(f"{m.status:>15}  {m.name}")
+    print_regressions(regressions)
+    print(f"wrote {out / 'results.json'} and {out / 'report.md'}")
+    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def print_regressions(regressions) -> None:
+    for r in regressions:
+        mark = "FAIL" if r.fails_build else "warn"
+        print(f"{mark}  {r.model}: {r.rule}: {r.message}")
+
+
+def _gate(args: argparse.Namespace):
+    from observer_ci.baseline import parse_fail_on, parse_thresholds
+
+    try:
+        return parse_thresholds(args.thresholds), parse_fail_on(args.fail_on)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _read(path: str) -> RunResults:
+    try:
+        return RunResults.read(path)
+    except FileNotFoundError as e:
+        raise UsageError(f"{path}: no such file") from e
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

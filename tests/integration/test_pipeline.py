@@ -1,0 +1,178 @@
+"""Real torch.onnx.export + onnxruntime through the runner (no mocks)."""
+
+import textwrap
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+
+from observer_ci import InputObserver, observe
+from observer_ci.export import export_observed
+from observer_ci.registry import take_registered
+from observer_ci.results import (
+    STATUS_EXPORT_FAILED,
+    STATUS_OK,
+    STATUS_SCRIPT_FAILED,
+    RunResults,
+)
+from observer_ci.run import RunConfig, process_model, run_script, run_scripts
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+FAST = RunConfig(warmup=1, repeat=3)
+
+
+def quiet(_message: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def examples_run(tmp_path_factory) -> RunResults:
+    out = tmp_path_factory.mktemp("examples")
+    scripts = [EXAMPLES / "mlp_classifier.py", EXAMPLES / "text_encoder.py"]
+    return run_scripts(scripts, out, config=FAST, progress=quiet)
+
+
+def test_examples_export_replay_and_probe(examples_run):
+    models = examples_run.by_name()
+    assert set(models) == {"mlp_classifier", "text_encoder"}
+    for m in models.values():
+        assert m.status == STATUS_OK, m.error
+        assert m.export.ok and m.export.node_count > 0 and m.export.file_size > 0
+        assert m.export.opset == 20
+        assert len(m.observations) == 3
+        for o in m.observations:
+            assert o.success and o.abs < 1e-4
+            assert o.torch_latency_s > 0 and o.ort_latency_s > 0
+        assert m.probe.ran and m.probe.success, m.probe
+    mlp = models["mlp_classifier"]
+    # the batch dim is symbolic in the ONNX file, the feature dim is fixed
+    dims = mlp.export.input_dims["x"]
+    assert isinstance(dims[0], str) and dims[1] == 16
+    seen_batches = {s[0] for s in mlp.inputs[0].shapes}
+    assert mlp.probe.shapes["x"][0] not in seen_batches
+
+
+def test_optional_input_absent_in_one_call_replays_with_empty_tensor(examples_run):
+    enc = examples_run.by_name()["text_encoder"]
+    first = enc.observations[0]
+    assert first.n_none == 1 and first.n_empty == 1
+    assert first.success
+    assert [i.name for i in enc.inputs] == ["input_ids", "attention_mask", "memory"]
+    assert enc.inputs[2].shapes[0] is None
+    assert "normalize" in enc.dynamic_shapes
+
+
+def test_results_round_trip_through_json(examples_run, tmp_path):
+    path = examples_run.write(tmp_path / "results.json")
+    back = RunResults.read(path)
+    assert back.to_dict() == examples_run.to_dict()
+    assert back.environment["torch"].startswith("2.")
+    assert back.environment["onnxruntime"]
+
+
+def test_check_discrepancies_rows_and_wrong_model_rows(tmp_path):
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Pair(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    model = Double()
+    obs = InputObserver()
+    with obs(model):
+        model(torch.ones(2, 3))
+        model(torch.ones(4, 3))
+    res = export_observed(model, obs, tmp_path / "double.onnx")
+    assert res.ok, res.error
+    rows = obs.check_discrepancies(res.onnx_path)
+    assert [r["SUCCESS"] for r in rows] == [True, True]
+    assert rows[0]["abs"] == 0.0 and rows[0][">0.1"] == 0.0
+    assert rows[0]["inputs"].startswith("dict(x:T1s2x3")
+
+    pair, other = Pair(), InputObserver()
+    with other(pair):
+        pair(torch.ones(2, 3), torch.ones(2, 3))
+    pair_res = export_observed(pair, other, tmp_path / "pair.onnx")
+    assert pair_res.ok, pair_res.error
+    wrong = obs.check_discrepancies(pair_res.onnx_path)  # two ONNX inputs, one tensor observed
+    assert len(wrong) == 2 and all(r["SUCCESS"] is False for r in wrong)
+    assert "match no observed input" in wrong[0]["error"]
+    missing = obs.check_discrepancies(str(tmp_path / "nope.onnx"))
+    assert missing[0]["SUCCESS"] is False and missing[0]["error"]
+
+
+def test_model_that_cannot_export_is_a_result_not_a_crash(tmp_path):
+    class PythonBranch(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent Python control flow
+                return x + 1
+            return x - 1
+
+    model = PythonBranch()
+    with observe(model, name="branch"):
+        model(torch.ones(2, 3))
+        model(torch.ones(3, 3))
+    (entry,) = take_registered()
+    result = process_model(entry, tmp_path, config=FAST, progress=quiet)
+    assert result.status == STATUS_EXPORT_FAILED
+    assert not result.export.ok and result.observations == []
+    assert result.error and len(result.error) <= 3001 and "Error" in result.error
+    assert result.export.seconds is not None and not (tmp_path / "onnx" / "branch.onnx").exists()
+
+
+def test_script_that_raises_keeps_models_observed_before(tmp_path):
+    script = tmp_path / "half.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            import observer_ci
+
+            model = torch.nn.Linear(3, 2).eval()
+            with torch.no_grad(), observer_ci.observe(model, name="linear"):
+                model(torch.randn(2, 3))
+                model(torch.randn(5, 3))
+            raise RuntimeError("dataset @octocat <b>not found</b>")
+            """
+        )
+    )
+    models = run_script(str(script), tmp_path / "out", config=FAST, progress=quiet)
+    by_status = {m.status: m for m in models}
+    assert by_status[STATUS_OK].name == "linear"
+    failed = by_status[STATUS_SCRIPT_FAILED]
+    assert "RuntimeError: dataset @octocat" in failed.error and "half.py" in failed.error
+
+
+def test_script_missing_or_observing_nothing_is_reported(tmp_path):
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    (nothing,) = run_script(str(empty), tmp_path, config=FAST, progress=quiet)
+    assert nothing.status == STATUS_SCRIPT_FAILED and "observed no model" in nothing.error
+    (missing,) = run_script(str(tmp_path / "nope.py"), tmp_path, config=FAST, progress=quiet)
+    assert missing.status == STATUS_SCRIPT_FAILED and "not found" in missing.error
+
+
+def test_nested_inputs_and_another_method_export_and_match_by_name(tmp_path):
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        def encode(self, batch, *, scale: float = 1.0):
+            return self.proj(batch["tokens"]) * scale + batch["extra"][0].mean()
+
+    model = Encoder().eval()
+    with torch.no_grad(), observe(model, name="enc", method_name="encode"):
+        model.encode({"tokens": torch.randn(2, 5, 4), "extra": [torch.randn(2, 3)]}, scale=0.5)
+        model.encode({"extra": [torch.randn(3, 3)], "tokens": torch.randn(3, 7, 4)}, scale=0.5)
+    (entry,) = take_registered()
+    result = process_model(entry, tmp_path, config=FAST, progress=quiet)
+    assert result.status == STATUS_OK, result.error
+    names = [i.name for i in result.inputs]
+    assert names == ["batch_tokens", "batch_extra_0"]
+    proto = onnx.load(result.export.onnx_path)
+    assert [i.name for i in proto.graph.input] == result.export.input_names
+    assert result.probe.ran and result.probe.success
