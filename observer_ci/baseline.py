@@ -16,12 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from observer_ci.results import (
+    SCHEMA_VERSION,
     STATUS_EXPORT_FAILED,
     STATUS_OBSERVE_FAILED,
     STATUS_ORT_FAILED,
     STATUS_SCRIPT_FAILED,
     STATUSES,
-    SCHEMA_VERSION,
     ModelResult,
     RunResults,
 )
@@ -226,8 +226,9 @@ def _reg(
     return Regression(model.name, rule, message, base_value, head_value, fails)
 
 
-def _first_line(text: str | None, limit: int = 200) -> str:
-    for line in (text or "").splitlines():
+def _summary_line(text: str | None, limit: int = 200) -> str:
+    """The last non-blank line of an error tail (where the exception message is)."""
+    for line in reversed((text or "").splitlines()):
         if line.strip():
             line = line.strip()
             return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -242,7 +243,7 @@ def _failure(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> 
     rule = _FAILURE_RULE.get(head.status)
     if rule is None:
         return None
-    detail = _first_line(_error_of(head))
+    detail = _summary_line(_error_of(head))
     base_status = base.status if base is not None else None
     if base is not None and _status_rank(base_status) >= _status_rank(head.status):
         if base_status == head.status:
@@ -252,7 +253,7 @@ def _failure(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> 
         message += f": {detail}" if detail else ""
         return _reg(head, rule, message, base_status, head.status, fail_on, preexisting=True)
     if base is None:
-        message = f"{head.status}" + (" (no baseline)" if base_status is None else "")
+        message = f"{head.status} (no base result for this model)"
     else:
         message = f"{head.status}, was {base_status} in base"
     message += f": {detail}" if detail else ""
@@ -270,6 +271,17 @@ def _error_of(model: ModelResult) -> str | None:
     return None
 
 
+def worst_error(model: ModelResult, metric: str) -> float | None:
+    """Largest ``"abs"`` or ``"rel"`` error over observations; NaN wins (unlike ``max``)."""
+    values = [getattr(o, metric) for o in model.observations]
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
+
+
 def _exceeds(value: float | None, limit: float) -> bool:
     return value is not None and (math.isnan(value) or value > limit)
 
@@ -279,10 +291,10 @@ def _discrepancy(
 ) -> list[Regression]:
     found = []
     for metric, limit in (("abs", th.abs_max), ("rel", th.rel_max)):
-        value = head.max_abs if metric == "abs" else head.max_rel
+        value = worst_error(head, metric)
         if not _exceeds(value, limit):
             continue
-        old = None if base is None else (base.max_abs if metric == "abs" else base.max_rel)
+        old = None if base is None else worst_error(base, metric)
         message = f"max {metric} error {value:.3g} > {metric}_max {limit:.3g}"
         preexisting = _exceeds(old, limit)
         if preexisting:
@@ -301,8 +313,7 @@ def _growth(
         ("abs_growth", "abs", th.abs_growth),
         ("rel_growth", "rel", th.rel_growth),
     ):
-        new = head.max_abs if metric == "abs" else head.max_rel
-        old = base.max_abs if metric == "abs" else base.max_rel
+        new, old = worst_error(head, metric), worst_error(base, metric)
         if new is None or old is None or math.isnan(old) or old <= GROWTH_FLOOR:
             continue
         if math.isnan(new) or new / old > factor:
@@ -314,9 +325,7 @@ def _growth(
 
 def dynamic_dims(model: ModelResult) -> dict[str, dict[str, dict[int, str]]]:
     """Dynamic dims per source: ``{"observed"|"export": {input: {dim: label}}}``."""
-    observed = {
-        info.name: {int(d): "dynamic" for d in info.dynamic_dims} for info in model.inputs
-    }
+    observed = {info.name: {int(d): "dynamic" for d in info.dynamic_dims} for info in model.inputs}
     exported: dict[str, dict[int, str]] = {}
     if model.export is not None and model.export.ok:
         for name, dims in model.export.input_dims.items():
@@ -324,41 +333,35 @@ def dynamic_dims(model: ModelResult) -> dict[str, dict[str, dict[int, str]]]:
     return {"observed": observed, "export": exported}
 
 
-def _static_size(model: ModelResult, source: str, name: str, dim: int) -> float | str | None:
-    """The head size of a dim that is no longer dynamic, or None if head lacks the input."""
+def _static_size(model: ModelResult, source: str, name: str, dim: int) -> int | str | None:
+    """The head size of a dim that is not dynamic there, or None if head lacks that dim."""
     if source == "export":
-        if model.export is None or not model.export.ok:
-            return None
-        dims = model.export.input_dims.get(name)
-        if dims is None or dim >= len(dims):
-            return None
-        return dims[dim]
+        dims = model.export.input_dims.get(name) if model.export and model.export.ok else None
+        return dims[dim] if dims is not None and dim < len(dims) else None
     for info in model.inputs:
         if info.name == name:
-            sizes = {tuple(s)[dim] for s in info.shapes if s is not None and dim < len(s)}
+            sizes = {s[dim] for s in info.shapes if s is not None and dim < len(s)}
+            if not sizes:
+                return None
             return sizes.pop() if len(sizes) == 1 else "static"
     return None
 
 
-def _dynamic_dims_lost(
-    head: ModelResult, base: ModelResult, fail_on: set[str]
-) -> list[Regression]:
+def _dynamic_dims_lost(head: ModelResult, base: ModelResult, fail_on: set[str]) -> list[Regression]:
     old_dims, new_dims = dynamic_dims(base), dynamic_dims(head)
-    lost: dict[tuple[str, int], tuple[str, float | str, list[str]]] = {}
+    lost: dict[tuple[str, int], list] = {}  # (input, dim) -> [base label, head size, sources]
     for source in ("observed", "export"):
         for name, dims in old_dims[source].items():
             for dim, label in dims.items():
                 if dim in new_dims[source].get(name, {}):
                     continue
                 size = _static_size(head, source, name, dim)
-                if size is None or isinstance(size, str) and size != "static":
+                if size is None:
                     continue
-                key = (name, dim)
-                old_label = lost[key][0] if key in lost else label
-                if label != "dynamic":
-                    old_label = label
-                sources = [*lost[key][2], source] if key in lost else [source]
-                lost[key] = (old_label, size, sources)
+                entry = lost.setdefault((name, dim), [label, size, []])
+                if label != "dynamic":  # prefer the exporter's symbolic name
+                    entry[0] = label
+                entry[2].append(source)
     found = []
     for (name, dim), (label, size, sources) in sorted(lost.items()):
         message = (
@@ -406,16 +409,14 @@ def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Re
     if probe is None or not probe.ran or probe.success:
         return None
     state = "failed" if not probe.ok else "exceeded tolerance"
-    detail = _first_line(probe.error)
+    detail = _summary_line(probe.error)
     message = f"unseen-shape probe {state}" + (f": {detail}" if detail else "")
     old = base.probe if base is not None else None
     preexisting = old is not None and old.ran and not old.success
     base_value = None if old is None else _probe_state(old)
     if preexisting:
         message = f"{STILL_FAILING}: {message}"
-    return _reg(
-        head, "probe_failed", message, base_value, state, fail_on, preexisting=preexisting
-    )
+    return _reg(head, "probe_failed", message, base_value, state, fail_on, preexisting=preexisting)
 
 
 def _probe_state(probe) -> str:
@@ -456,7 +457,7 @@ def merge_results(parts: list[RunResults]) -> RunResults:
             counts[name] = counts.get(name, 0) + 1
     models: list[ModelResult] = []
     taken: set[str] = set()
-    for part, label in zip(parts, labels):
+    for part, label in zip(parts, labels, strict=True):
         for model in part.models:
             name = model.name if counts[model.name] == 1 else f"{model.name} [{label}]"
             name = _unique(name, taken)
@@ -495,6 +496,6 @@ def _merge_environments(parts: list[RunResults], labels: list[str]) -> dict:
                 common[key] = value
     common["parts"] = [
         {"label": label, "environment": dict(part.environment)}
-        for part, label in zip(parts, labels)
+        for part, label in zip(parts, labels, strict=True)
     ]
     return common

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import re
 import time
 import traceback
 from pathlib import Path
@@ -18,11 +19,12 @@ from observer_ci.results import ExportResult
 
 DEFAULT_OPSET = 20
 ERROR_TAIL_CHARS = 3000
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def error_tail(exc: BaseException, limit: int = ERROR_TAIL_CHARS) -> str:
     """``Type: message`` keeping the end of long messages, where exporters say what broke."""
-    text = f"{type(exc).__name__}: {exc}".strip()
+    text = ANSI_ESCAPE.sub("", f"{type(exc).__name__}: {exc}").strip()
     if len(text) <= limit:
         return text
     return "…" + text[-limit:]
@@ -31,7 +33,7 @@ def error_tail(exc: BaseException, limit: int = ERROR_TAIL_CHARS) -> str:
 def traceback_tail(exc: BaseException, lines: int = 12) -> str:
     """The last frames of a traceback, for scripts that raised."""
     formatted = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return "".join(formatted[-lines:]).strip()
+    return ANSI_ESCAPE.sub("", "".join(formatted[-lines:])).strip()
 
 
 def as_module(model: Any, method_name: str) -> torch.nn.Module:
@@ -63,35 +65,57 @@ def export_observed(
     method_name: str = "forward",
     set_batch_dimension_for: Any = None,
     opset: int = DEFAULT_OPSET,
+    max_samples: int = 3,
 ) -> ExportResult:
-    """Exports from the observer's inferred arguments and dynamic shapes; never raises."""
+    """Exports from the observer's inferred arguments and dynamic shapes; never raises.
+
+    Model code sometimes branches on a size (``seq > 1``) and fails to trace on one
+    sample; the next best observed calls are then tried as samples, up to ``max_samples``.
+    """
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     begin = time.perf_counter()
+    failures: list[str] = []
     try:
-        inputs = observer.infer_arguments()
         dynamic_shapes = observer.infer_dynamic_shapes(set_batch_dimension_for)
-        args, kwargs = (inputs, None) if isinstance(inputs, tuple) else ((), inputs)
+        candidates = observer.export_candidates()[: max(1, max_samples)]
         module = as_module(model, method_name)
-        sink = io.StringIO()
-        with contextlib.redirect_stdout(sink), torch.no_grad():
-            program = torch.onnx.export(
-                module,
-                args,
-                kwargs=kwargs,
-                dynamic_shapes=dynamic_shapes,
-                dynamo=True,
-                opset_version=opset,
-                external_data=False,
-                verbose=False,
-            )
-        program.save(str(onnx_path), external_data=_needs_external_data(program))
     except Exception as e:
         return ExportResult(ok=False, error=error_tail(e), seconds=time.perf_counter() - begin)
-    seconds = time.perf_counter() - begin
-    result = describe_onnx(onnx_path)
-    result.seconds = seconds
-    return result
+    for index in candidates:
+        try:
+            program = _export_one(module, observer.infer_arguments(index), dynamic_shapes, opset)
+            program.save(str(onnx_path), external_data=_needs_external_data(program))
+        except Exception as e:
+            failures.append(f"call {index}: {error_tail(e)}")
+            continue
+        result = describe_onnx(onnx_path)
+        result.seconds = time.perf_counter() - begin
+        result.sample_index = index
+        result.failed_samples = failures
+        return result
+    return ExportResult(
+        ok=False,
+        error=failures[0].split(": ", 1)[1],  # the best sample's error; others in failed_samples
+        seconds=time.perf_counter() - begin,
+        failed_samples=failures,
+    )
+
+
+def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:
+    args, kwargs = (inputs, None) if isinstance(inputs, tuple) else ((), inputs)
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), torch.no_grad():
+        return torch.onnx.export(
+            module,
+            args,
+            kwargs=kwargs,
+            dynamic_shapes=dynamic_shapes,
+            dynamo=True,
+            opset_version=opset,
+            external_data=False,
+            verbose=False,
+        )
 
 
 def _needs_external_data(program: Any) -> bool:

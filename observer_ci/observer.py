@@ -416,7 +416,8 @@ class InputObserver:
         unknown names raise.
         """
         layout = self._layout()
-        per_leaf = [dict.fromkeys(d, DYNAMIC) for d in self._leaf_dynamic_dims(set_batch_dimension_for)]
+        dims = self._leaf_dynamic_dims(set_batch_dimension_for)
+        per_leaf = [dict.fromkeys(d, DYNAMIC) for d in dims]
         it = iter(per_leaf)
         by_slot = {}
         for slot in layout.slots:
@@ -484,6 +485,10 @@ class InputObserver:
 
     def best_index(self) -> int:
         """The stored call used for export: complete, avoiding dynamic sizes 0 and 1."""
+        return self.export_candidates()[0]
+
+    def export_candidates(self) -> list[int]:
+        """Stored calls ordered by fitness as export sample (complete first, no 0/1 sizes)."""
         layout = self._layout()
 
         def score(i: int) -> tuple[int, int, int]:
@@ -498,7 +503,7 @@ class InputObserver:
             )
             return (n_absent, small, i)
 
-        return min(range(len(layout.flat)), key=score)
+        return sorted(range(len(layout.flat)), key=score)
 
     def _fill_absent(
         self, leaves: list[torch.Tensor | None], layout: _Layout

@@ -58,6 +58,8 @@ class ExportResult:
     input_names: list[str] = field(default_factory=list)
     input_dims: dict[str, list[int | str]] = field(default_factory=dict)  # symbolic dims as str
     output_names: list[str] = field(default_factory=list)
+    sample_index: int | None = None  # the observed call used as export sample
+    failed_samples: list[str] = field(default_factory=list)  # "call 2: <error>" tried before
 
 
 @dataclass
@@ -225,7 +227,10 @@ def _cpu_name() -> str:
 
 
 def _max_or_none(values) -> float | None:
+    """Largest value; NaN wins (a NaN error must never hide behind a small one)."""
     vals = [v for v in values if v is not None]
+    if any(math.isnan(v) for v in vals):
+        return math.nan
     return max(vals) if vals else None
 
 

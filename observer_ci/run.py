@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from observer_ci import registry
-from observer_ci.export import export_observed, traceback_tail
+from observer_ci import registry, structure
+from observer_ci.diff import flatten_outputs, max_diff
+from observer_ci.export import error_tail, export_observed, traceback_tail
 from observer_ci.observer import InputObserver
 from observer_ci.probe import run_probe
 from observer_ci.replay import make_session, match_feeds, run_ort, time_torch_call
@@ -30,9 +31,6 @@ from observer_ci.results import (
     RunResults,
     environment_fingerprint,
 )
-from observer_ci.diff import flatten_outputs, max_diff
-from observer_ci.export import error_tail
-from observer_ci import structure
 
 Progress = Callable[[str], None]
 

@@ -6,7 +6,8 @@ transformers ``DynamicCache``) are handled like lists and dicts.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree

@@ -1,0 +1,87 @@
+"""generate() of a random tiny Llama with a DynamicCache, observed end to end."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="optional extra 'transformers' is not installed")
+
+from observer_ci.results import STATUS_OK  # noqa: E402
+from observer_ci.run import RunConfig, run_script  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "tiny_llama_generate.py"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llama")
+    (model,) = run_script(
+        str(SCRIPT), out, config=RunConfig(warmup=1, repeat=2), progress=lambda m: None
+    )
+    return model
+
+
+@pytest.mark.transformers
+def test_generate_prefill_and_decode_share_one_graph(llama):
+    assert llama.status == STATUS_OK, llama.error
+    names = [i.name for i in llama.inputs]
+    assert names[:3] == ["input_ids", "attention_mask", "position_ids"]
+    assert names[3:] == [
+        "past_key_values_key_cache_0",
+        "past_key_values_key_cache_1",
+        "past_key_values_value_cache_0",
+        "past_key_values_value_cache_1",
+    ]
+    dyn = {i.name: i.dynamic_dims for i in llama.inputs}
+    assert dyn["input_ids"] == [1] and dyn["attention_mask"] == [1]
+    assert all(dyn[n] == [2] for n in names[3:])  # the cache length, batch stays static
+    # the prefill call had an empty cache: absent in the observation, 0-length when replayed
+    prefill = llama.observations[0]
+    assert prefill.n_none == 4 and prefill.success
+    assert all(o.success and o.abs < 1e-4 for o in llama.observations)
+    assert "logits_to_keep" in llama.dynamic_shapes  # generate's constant
+
+
+@pytest.mark.transformers
+def test_decode_samples_fail_to_trace_and_prefill_is_used(llama):
+    # transformers' sdpa path branches on `seq > 1`: a seq=1 decode call cannot be the sample
+    assert llama.export.sample_index == 0
+    assert llama.export.failed_samples and "call 1" in llama.export.failed_samples[0]
+    assert isinstance(llama.export.input_dims["past_key_values_key_cache_0"][2], str)
+
+
+@pytest.mark.transformers
+def test_probe_runs_an_unseen_cache_length(llama):
+    probe = llama.probe
+    assert probe.ran and probe.success, probe
+    seen = {s[2] for i in llama.inputs[3:] for s in i.shapes if s}
+    assert probe.shapes["past_key_values_key_cache_0"][2] not in seen
+    assert probe.shapes["attention_mask"][1] == probe.shapes["past_key_values_key_cache_0"][2] + 1
+
+
+@pytest.mark.transformers
+def test_observer_rebuilds_an_empty_cache_for_the_prefill_call():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from observer_ci import InputObserver
+
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    obs = InputObserver()
+    with torch.no_grad(), obs(model):
+        model.generate(torch.randint(3, 100, (1, 4)), max_new_tokens=3, do_sample=False)
+    assert obs.num_obs() == 3
+    prefill = obs.infer_arguments(0)
+    cache = prefill["past_key_values"]
+    assert type(cache).__name__ == "DynamicCache"
+    assert cache.layers[0].keys.shape == (1, 1, 0, 16)
+    assert "forward" not in vars(model)

@@ -1,0 +1,282 @@
+"""The Markdown PR comment: sections, escaping and fitting GitHub's size limit."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from observer_ci.baseline import DEFAULT_FAIL_ON, Regression, Thresholds, compare
+from observer_ci.escape import ZWJ
+from observer_ci.report import (
+    GITHUB_MAX_CHARS,
+    MARKER,
+    TRUNCATION_NOTE,
+    format_bytes,
+    format_float,
+    format_seconds,
+    render_report,
+)
+from observer_ci.results import (
+    ExportResult,
+    InputInfo,
+    ModelResult,
+    ObservationResult,
+    ProbeResult,
+    RunResults,
+)
+
+EVIL = "x|y<script>@octocat"
+ENV = {
+    "torch": "2.9.0",
+    "onnx": "1.19.0",
+    "onnxruntime": "1.22.1",
+    "python": "3.11.9",
+    "processor": "Intel Xeon",
+    "cpu_count": 4,
+    "torch_threads": 4,
+}
+
+
+def obs(i: int, ort: float = 1e-3) -> ObservationResult:
+    return ObservationResult(
+        index=i,
+        ok=True,
+        success=True,
+        abs=3.2e-7,
+        rel=1e-6,
+        hist={">0.1": 0, ">1e-5": 1},
+        torch_latency_s=2e-3,
+        ort_latency_s=ort,
+        inputs="dict(x:T1s2x8)",
+        outputs="T1s2x4",
+    )
+
+
+def model(name: str = "tiny", status: str = "ok", error: str | None = None, ort: float = 1e-3):
+    exported = status not in ("export_failed", "script_failed")
+    return ModelResult(
+        name=name,
+        script="examples/tiny.py",
+        status=status,
+        error=error,
+        n_observations=3,
+        inputs=[InputInfo(EVIL, "float32", [[2, 8], [4, 8], [3, 8]], [0])],
+        dynamic_shapes="{'x': {0: Dim('batch')}}",
+        export=ExportResult(
+            ok=exported,
+            error=None if exported else error,
+            seconds=2.5,
+            opset=18,
+            node_count=12,
+            file_size=3 * 1024 * 1024,
+            input_names=["x"],
+            input_dims={"x": ["batch", 8]},
+        ),
+        observations=[obs(i, ort) for i in range(3)] if exported else [],
+        probe=ProbeResult(ran=True, ok=True, success=True, shapes={"x": [5, 8]}, abs=1e-7),
+        phase_seconds={"observe": 0.1, "export": 2.5},
+    )
+
+
+def tables(text: str) -> list[list[str]]:
+    """Consecutive lines starting with ``|``."""
+    found, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            found.append(current)
+            current = []
+    if current:
+        found.append(current)
+    return found
+
+
+@pytest.fixture
+def small():
+    head = RunResults(
+        models=[model("tiny", ort=2e-3), model("broken", "export_failed", "Traceback\nboom")],
+        environment=ENV,
+        label="head",
+    )
+    base = RunResults(models=[model("tiny"), model("broken")], environment=ENV, label="main")
+    regs = compare(head, base, Thresholds(), DEFAULT_FAIL_ON)
+    return head, base, regs
+
+
+def test_small_report_has_every_section_and_is_not_truncated(small):
+    head, base, regs = small
+    text = render_report(head, regs, base, run_url="https://github.com/o/r/actions/runs/1")
+    assert text.split("\n", 1)[0] == MARKER
+    assert text.split("\n")[1].startswith("## ❌ observer-ci: 1 regression fails the build")
+    for piece in [
+        "**Environment:** torch 2.9.0 · onnx 1.19.0 · ORT 1.22.1",
+        "CPU Intel Xeon",
+        "4 torch threads",
+        "Compared with baseline **main**",
+        "[Workflow run](https://github.com/o/r/actions/runs/1)",
+        "### Regressions vs baseline",
+        "### Latency vs baseline",
+        "| tiny | 1 ms | 2 ms | 2× |",
+        "### Models",
+        "#### ❌ export&#95;failed · **broken**",
+        "#### ✅ ok · **tiny**",
+        "| input | dtype | shapes seen | dynamic dims |",
+        "2×8, 4×8, 3×8",
+        "| # | abs | rel | hist | torch | ORT | speedup | SUCCESS | inputs | outputs |",
+        "3.2e-07",
+        "dict(x:T1s2x8)",
+        "**Unseen-shape probe:** ✅ · x: 5×8",
+        "**Export:** ✅ 2.5 s · opset 18 · 12 nodes · 3 MiB · ONNX inputs: x (batch×8)",
+        "**Export:** ❌ failed",
+        "<details><summary>Error</summary>",
+        "boom",
+    ]:
+        assert piece in text, piece
+    assert TRUNCATION_NOTE not in text
+    assert len(text) <= GITHUB_MAX_CHARS
+
+
+def test_regressions_are_highlighted_failing_first(small):
+    head, base, regs = small
+    text = render_report(head, regs, base)
+    section = text.split("### Regressions vs baseline")[1].split("###")[0]
+    rows = tables(section)[0][2:]
+    assert rows[0].startswith("| ❌ | broken | export&#95;failed | ok | export&#95;failed |")
+    assert rows[1].startswith("| ⚠️ | tiny | latency&#95;ratio | 1 ms | 2 ms |")
+
+
+def test_failing_models_are_listed_first(small):
+    head, base, regs = small
+    text = render_report(head, regs, base)
+    assert text.index("**broken**") < text.index("**tiny**")
+
+
+def test_green_headline_without_base():
+    head = RunResults(models=[model("a"), model("b")], environment=ENV)
+    text = render_report(head, compare(head, None, Thresholds(), DEFAULT_FAIL_ON))
+    assert text.startswith(MARKER + "\n## ✅ observer-ci: no regression fails the build")
+    assert "**2 models** · ✅ 2 ok" in text
+    assert "No baseline: absolute thresholds only." in text
+    assert "No regressions." in text
+    assert "### Latency vs baseline" not in text
+
+
+def test_untrusted_names_cannot_break_tables_inject_html_or_mention():
+    evil_error = "Traceback\n</pre><img src=x onerror=alert(1)>\n@octocat | `rm -rf` [x](y)"
+    bad = model(EVIL, "export_failed", evil_error)
+    head = RunResults(models=[model(EVIL), bad], environment={"torch": "<b>@admin</b>"})
+    regs = [Regression(EVIL, "export_failed", evil_error, None, EVIL, True)]
+    text = render_report(head, regs, title="t<i>@x</i>")
+    assert "<script>" not in text and "<img" not in text and "<b>" not in text
+    assert "<i>" not in text
+    assert not re.search(r"@(octocat|admin|x)", text)
+    assert f"@{ZWJ}octocat" in text
+    found = tables(text)
+    assert len(found) >= 4
+    for table in found:
+        header_pipes = table[0].count("|")
+        assert all(row.count("|") == header_pipes for row in table), table
+
+
+def test_bad_run_url_is_dropped():
+    head = RunResults(models=[model()])
+    text = render_report(head, [], run_url="javascript:alert(1)")
+    assert "javascript" not in text and "Workflow run" not in text
+
+
+def test_300_models_with_long_errors_fit_the_limit():
+    error = "Traceback (most recent call last):\n" + "  File 'x.py', line 1\n" * 2000 + "E: boom"
+    models = [model(f"model_{i:03d}_" + "n" * 40, "export_failed", error) for i in range(300)]
+    head = RunResults(models=models, environment=ENV)
+    regs = compare(head, None, Thresholds(), DEFAULT_FAIL_ON)
+    text = render_report(head, regs)
+    assert len(text) <= GITHUB_MAX_CHARS
+    assert text.startswith(MARKER + "\n")
+    assert TRUNCATION_NOTE in text
+    assert "## ❌ observer-ci: 300 regressions fail the build" in text
+
+
+def test_detail_is_dropped_progressively(small):
+    head, base, regs = small
+    full = render_report(head, regs, base)
+    less = render_report(head, regs, base, max_chars=len(full) - 1)
+    assert len(less) <= len(full) - 1
+    assert TRUNCATION_NOTE in less
+    assert "dict(x:T1s2x8)" not in less  # (1) observation inputs/outputs go first
+    assert "| SUCCESS |" in less  # but the observation tables stay
+    assert "shapes seen" in less
+
+
+def test_minimal_level_keeps_headline_regressions_and_status_lines():
+    models = [model(f"m{i}", "export_failed", "x" * 5000) for i in range(20)]
+    head = RunResults(models=models, environment=ENV)
+    regs = compare(head, None, Thresholds(), DEFAULT_FAIL_ON)
+    text = render_report(head, regs, max_chars=6000)
+    assert len(text) <= 6000
+    assert "### Regressions" in text
+    assert "- ❌ export&#95;failed · **m0**" in text
+    assert "shapes seen" not in text and "<details>" not in text
+    assert text.rstrip().endswith(TRUNCATION_NOTE)
+
+
+@pytest.mark.parametrize("limit", [1, 10, len(MARKER) + 5, 200, 1000, 3000, 20000])
+def test_any_limit_is_respected(limit):
+    models = [model(f"m{i}", "script_failed", "boom\n" * 500) for i in range(50)]
+    head = RunResults(models=models, environment=ENV)
+    regs = compare(head, None, Thresholds(), DEFAULT_FAIL_ON)
+    text = render_report(head, regs, max_chars=limit)
+    assert len(text) <= limit
+    if limit > len(MARKER):
+        assert text.startswith(MARKER)
+    if limit >= 1000:
+        assert TRUNCATION_NOTE in text
+
+
+def test_rejects_non_positive_limit():
+    with pytest.raises(ValueError, match="max_chars"):
+        render_report(RunResults(), [], max_chars=0)
+
+
+def test_rendering_is_deterministic(small):
+    head, base, regs = small
+    assert render_report(head, regs, base) == render_report(head, regs, base)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "–"), (3.2e-7, "3.2e-07"), (0.0123, "0.0123"), (42, "42"), (float("nan"), "nan")],
+)
+def test_format_float(value, expected):
+    assert format_float(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "–"),
+        (0.0123, "12.3 ms"),
+        (4.56e-6, "4.56 µs"),
+        (2.5, "2.5 s"),
+        (185, "3 min 5 s"),
+        (3e-9, "3 ns"),
+        (0, "0 s"),
+    ],
+)
+def test_format_seconds(value, expected):
+    assert format_seconds(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "–"),
+        (512, "512 B"),
+        (1536, "1.5 KiB"),
+        (3 * 1024**2, "3 MiB"),
+        (5 * 1024**3, "5 GiB"),
+    ],
+)
+def test_format_bytes(value, expected):
+    assert format_bytes(value) == expected
