@@ -9,8 +9,12 @@ install:
 install-test:
 	$(PIP_INSTALL) -e '.[test,transformers]'
 
+# The action's main job on the shipped examples, in dry-run: writes out/demo/results.json
+# and out/demo/report.md, posts nothing (no GitHub needed).
 demo: install
-	$(PYTHON) -m observer_ci run examples/*.py --out out/demo --dry-run
+	INPUT_SCRIPT="examples/*.py" INPUT_OUT=out/demo INPUT_REPEAT=10 \
+		$(PYTHON) entrypoint.py --dry-run
+	@echo "report: out/demo/report.md  results: out/demo/results.json"
 
 test: install-test
 	$(PYTHON) -m ruff check .

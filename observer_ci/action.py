@@ -208,7 +208,10 @@ def base_commit(settings: Settings) -> str | None:
 
 
 def git(cwd: str, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    """Runs git; ``safe.directory`` because the action's container user differs from the
+    checkout's owner (git refuses such repositories otherwise)."""
+    cmd = ["git", "-c", "safe.directory=*", *args]
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)}: {proc.stderr.strip()[-500:]}")
     return proc.stdout

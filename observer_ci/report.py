@@ -270,6 +270,8 @@ class _Renderer:
     def environment(self) -> str:
         env = self.head.environment
         lines = [f"**Environment:** {_environment_line(env)}"]
+        for note in env.get("notes", []) or []:
+            lines.append(f"⚠️ {_inline(note, 400)}")
         for part in env.get("parts", []) or []:
             if isinstance(part, dict):
                 label = _inline(part.get("label", ""), 60)
@@ -524,6 +526,9 @@ def _export_line(export: ExportResult | None) -> str:
         f"{format_float(export.node_count)} nodes",
         format_bytes(export.file_size),
     ]
+    if export.failed_samples and export.sample_index is not None:
+        tried = ", ".join(_inline(f.split(":", 1)[0], 20) for f in export.failed_samples)
+        parts.append(f"sample: call {export.sample_index} ({tried} failed to trace)")
     inputs = _onnx_inputs(export)
     if inputs:
         parts.append(f"ONNX inputs: {inputs}")
