@@ -47,8 +47,10 @@ def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     install_error = run_install(settings)
-    base = load_baseline(settings, out, notes) if not install_error else None
-    head = run_scripts_subprocess(settings.scripts, out / "head", label="head", settings=settings)
+    base = load_baseline(settings, out, notes, env) if not install_error else None
+    head = run_scripts_subprocess(
+        settings.scripts, out / "head", label="head", settings=settings, env=env
+    )
     if install_error:
         head.models.insert(0, install_error)
     head.environment.setdefault("notes", []).extend(notes)
@@ -103,6 +105,7 @@ def run_scripts_subprocess(
     settings: Settings,
     cwd: str | None = None,
     pythonpath: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> RunResults:
     """Runs ``observer-ci run`` in a child process so a crashing script cannot take us down."""
     cwd = cwd or settings.workspace
@@ -124,7 +127,7 @@ def run_scripts_subprocess(
         str(settings.repeat),
         "--no-gate",
     ]
-    child_env = dict(os.environ)
+    child_env = dict(os.environ if env is None else env)
     child_env.pop("INPUT_TOKEN", None)
     child_env.pop("GITHUB_TOKEN", None)  # observation scripts never need the token
     if pythonpath:
@@ -159,7 +162,9 @@ def expand_scripts_in(patterns: list[str], cwd: str) -> list[str]:
         os.chdir(here)
 
 
-def load_baseline(settings: Settings, out: Path, notes: list[str]) -> RunResults | None:
+def load_baseline(
+    settings: Settings, out: Path, notes: list[str], env: Mapping[str, str] | None = None
+) -> RunResults | None:
     """The base results: a file, or the scripts run on the base commit in a git worktree."""
     if not settings.baseline:
         return None
@@ -189,6 +194,7 @@ def load_baseline(settings: Settings, out: Path, notes: list[str]) -> RunResults
             settings=settings,
             cwd=str(worktree),
             pythonpath=str(worktree),
+            env=env,
         )
     finally:
         git(settings.workspace, "worktree", "remove", "--force", str(worktree), check=False)

@@ -140,6 +140,9 @@ def check_observer(
         row["duration_torch"] = obs.latency_s
         if include_io:
             row["outputs_torch"] = structure.tensor_summary(obs.outputs)
+        else:
+            row.pop("inputs", None)
+            row.pop("outputs_ort", None)
         rows.append(row)
     return rows
 

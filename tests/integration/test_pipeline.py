@@ -91,6 +91,8 @@ def test_check_discrepancies_rows_and_wrong_model_rows(tmp_path):
     assert [r["SUCCESS"] for r in rows] == [True, True]
     assert rows[0]["abs"] == 0.0 and rows[0][">0.1"] == 0.0
     assert rows[0]["inputs"].startswith("dict(x:T1s2x3")
+    assert rows[1]["n_none"] == 0 and rows[1]["duration_torch"] > 0
+    assert "inputs" not in obs.check_discrepancies(res.onnx_path, include_io=False)[0]
 
     pair, other = Pair(), InputObserver()
     with other(pair):

@@ -1,0 +1,112 @@
+"""baseline: base — the same scripts run on the PR's base commit in a git worktree."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from observer_ci.escape import escape_text
+from observer_ci.results import RunResults
+
+REPO = Path(__file__).resolve().parents[2]
+
+MODEL_V1 = """
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Linear(8, 8))
+
+    def forward(self, x):
+        return self.layers(x)
+"""
+
+MODEL_V2 = MODEL_V1.replace(
+    "torch.nn.Sequential(torch.nn.Linear(8, 8))",
+    "torch.nn.Sequential(*[m for _ in range(6) for m in (torch.nn.Linear(8, 8), torch.nn.ReLU())])",
+)
+
+SCRIPT = """
+import torch
+import observer_ci
+from model_def import Net
+
+torch.manual_seed(0)
+model = Net().eval()
+with torch.no_grad(), observer_ci.observe(model, name="net"):
+    for batch in (2, 3, 4):
+        model(torch.randn(batch, 8))
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def pr_repo(tmp_path_factory) -> tuple[Path, str]:
+    repo = tmp_path_factory.mktemp("repo")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "ci@example.invalid")
+    git(repo, "config", "user.name", "ci")
+    (repo / "observe").mkdir()
+    (repo / "observe" / "model_def.py").write_text(textwrap.dedent(MODEL_V1))
+    (repo / "observe" / "net.py").write_text(textwrap.dedent(SCRIPT))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    base_sha = git(repo, "rev-parse", "HEAD")
+    (repo / "observe" / "model_def.py").write_text(textwrap.dedent(MODEL_V2))
+    git(repo, "commit", "-qam", "head: six times more layers")
+    return repo, base_sha
+
+
+def test_base_commit_runs_in_a_worktree_and_node_growth_fails_the_build(pr_repo, tmp_path):
+    repo, base_sha = pr_repo
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 3, "base": {"sha": base_sha}}}))
+    out = tmp_path / "out"
+    env = {
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "HOME": str(tmp_path),
+        "INPUT_SCRIPT": "observe/net.py",
+        "INPUT_BASELINE": "base",
+        "INPUT_FAIL_ON": "default,node_count_growth",
+        "INPUT_OUT": str(out),
+        "INPUT_REPEAT": "2",
+        "INPUT_DRY_RUN": "true",
+        "GITHUB_WORKSPACE": str(repo),
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "GITHUB_OUTPUT": str(tmp_path / "output.txt"),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "entrypoint.py")],
+        cwd=repo,
+        env={**env, "PATH": f"{Path(sys.executable).parent}:{env['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    head = RunResults.read(out / "results.json")
+    base = RunResults.read(out / "base-results.json")
+    assert base.label == "base" and head.label == "head"
+    head_nodes = head.by_name()["net"].export.node_count
+    base_nodes = base.by_name()["net"].export.node_count
+    assert head_nodes > 2 * base_nodes
+    assert "::error title=observer-ci%3A net%3A node_count_growth" in proc.stdout
+    report = (out / "report.md").read_text()
+    assert "Compared with baseline" in report
+    assert escape_text("node_count_growth") in report
+    assert "status<<" in (tmp_path / "output.txt").read_text()
+    assert "failure" in (tmp_path / "output.txt").read_text()
+    # the worktree is cleaned up, the head checkout untouched
+    assert git(repo, "worktree", "list").count("\n") == 0
+    changed = [line for line in git(repo, "status", "--porcelain").splitlines()]
+    assert [line for line in changed if not line.startswith("??")] == []  # tracked files intact
