@@ -1,6 +1,6 @@
 """End-to-end phase times for the shipped examples (script, infer, export, replay, probe).
 
-Prints figures; it asserts nothing. Run: python benchmarks/bench_pipeline.py [--with-llama]
+Prints figures; it asserts nothing. Run: python benchmarks/bench_pipeline.py [--no-llama]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def main() -> None:
 
     import_s = time.perf_counter() - begin
     scripts = sorted(EXAMPLES.glob("*.py"))
-    if "--with-llama" not in sys.argv:
+    if "--no-llama" in sys.argv:
         scripts = [s for s in scripts if "llama" not in s.name]
     with tempfile.TemporaryDirectory() as out:
         begin = time.perf_counter()

@@ -27,6 +27,7 @@ from observer_ci.settings import Settings, SettingsError
 COMMENT_LIMIT = 65536
 SUMMARY_LIMIT = 1_000_000  # GitHub rejects step summaries over 1 MiB
 FALLBACK_COMMENT_LIMIT = 60000
+MAX_ANNOTATIONS = 10  # per level; GitHub shows at most 10 of each per step anyway
 
 
 def log(message: str) -> None:
@@ -84,7 +85,12 @@ def run_install(settings: Settings) -> ModelResult | None:
         return None
     log(f"install: {settings.install}")
     proc = subprocess.run(
-        settings.install, shell=True, capture_output=True, text=True, cwd=settings.workspace
+        settings.install,
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=settings.workspace,
+        env=without_tokens(os.environ),
     )
     if proc.returncode == 0:
         return None
@@ -127,9 +133,7 @@ def run_scripts_subprocess(
         str(settings.repeat),
         "--no-gate",
     ]
-    child_env = dict(os.environ if env is None else env)
-    child_env.pop("INPUT_TOKEN", None)
-    child_env.pop("GITHUB_TOKEN", None)  # observation scripts never need the token
+    child_env = without_tokens(os.environ if env is None else env)
     if pythonpath:
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (pythonpath, child_env.get("PYTHONPATH", "")) if p
@@ -151,6 +155,12 @@ def run_scripts_subprocess(
             )
         ],
     )
+
+
+def without_tokens(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for repository code (install, scripts): it never needs the token,
+    and whatever it prints ends up in the report."""
+    return {k: v for k, v in env.items() if k not in ("INPUT_TOKEN", "GITHUB_TOKEN")}
 
 
 def expand_scripts_in(patterns: list[str], cwd: str) -> list[str]:
@@ -241,10 +251,21 @@ def render_cut(report: str, limit_bytes: int) -> str:
 
 def annotate(regressions: list[Regression]) -> None:
     """Workflow annotations: errors for rules that fail the build, warnings for the rest."""
+    shown = {"error": 0, "warning": 0}
     for r in regressions:
         level = "error" if r.fails_build else "warning"
+        shown[level] += 1
+        if shown[level] > MAX_ANNOTATIONS:
+            continue
         title = workflow_escape(f"observer-ci: {r.model}: {r.rule}", prop=True)
         print(f"::{level} title={title}::{workflow_escape(r.message)}", flush=True)
+    for level, count in shown.items():
+        if count > MAX_ANNOTATIONS:
+            print(
+                f"::{level} title=observer-ci::{count - MAX_ANNOTATIONS} more {level}s: "
+                "see the report",
+                flush=True,
+            )
 
 
 def workflow_escape(text: str, *, prop: bool = False) -> str:
@@ -275,7 +296,11 @@ def post_comment(
     if settings.dry_run:
         log("dry run: not posting")
         return {"comment": "dry-run"}
-    pr = pr_number_from_event(settings.event_path) if settings.event_path else None
+    try:
+        pr = pr_number_from_event(settings.event_path) if settings.event_path else None
+    except (OSError, ValueError) as e:
+        print(f"::warning title=observer-ci::unreadable event file: {workflow_escape(str(e))}")
+        return {"comment": "failed"}
     if pr is None:
         log("not a pull request event: no comment")
         return {"comment": "not-a-pull-request"}
@@ -283,17 +308,7 @@ def post_comment(
         print("::warning title=observer-ci::no token: the report is in the job summary only")
         return {"comment": "no-token"}
     try:
-        owner, repo = repo_from_env(settings.repository)
-        client = GitHubClient(settings.github_api_url, settings.token)
-        for limit in (COMMENT_LIMIT, FALLBACK_COMMENT_LIMIT):
-            body = render_report(head, regressions, base, max_chars=limit, run_url=settings.run_url)
-            try:
-                posted = upsert_sticky_comment(client, owner, repo, pr, body)
-                break
-            except GitHubError as e:
-                if e.status != 422 or limit == FALLBACK_COMMENT_LIMIT:
-                    raise
-                log(f"comment rejected ({e.message}); retrying with a shorter report")
+        posted = _upsert_fitting(settings, head, regressions, base, pr)
     except GitHubError as e:
         kind = "forbidden" if e.status == 403 else "failed"
         hint = (
@@ -305,8 +320,34 @@ def post_comment(
             flush=True,
         )
         return {"comment": kind}
-    except ValueError as e:
-        print(f"::warning title=observer-ci::could not post: {workflow_escape(str(e))}")
+    except Exception as e:  # a failed post must never hide the results already written
+        print(
+            f"::warning title=observer-ci::could not post: {type(e).__name__}: "
+            f"{workflow_escape(str(e))}",
+            flush=True,
+        )
         return {"comment": "failed"}
     log(f"comment {posted.action}: {posted.html_url}")
     return {"comment": posted.action, "comment_url": posted.html_url}
+
+
+def _upsert_fitting(
+    settings: Settings,
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None,
+    pr: int,
+):
+    """Posts the report; on 422 (too long by GitHub's count) once more, clearly shorter."""
+    owner, repo = repo_from_env(settings.repository)
+    client = GitHubClient(settings.github_api_url, settings.token)
+    body = render_report(head, regressions, base, max_chars=COMMENT_LIMIT, run_url=settings.run_url)
+    try:
+        return upsert_sticky_comment(client, owner, repo, pr, body)
+    except GitHubError as e:
+        if e.status != 422:
+            raise
+        log(f"comment rejected ({e.message}); retrying with a shorter report")
+    limit = min(FALLBACK_COMMENT_LIMIT, len(body) * 3 // 4)
+    body = render_report(head, regressions, base, max_chars=limit, run_url=settings.run_url)
+    return upsert_sticky_comment(client, owner, repo, pr, body)

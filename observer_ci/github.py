@@ -129,8 +129,25 @@ def upsert_sticky_comment(
     body: str,
     marker: str = MARKER,
 ) -> PostResult:
-    """Update the sticky comment if present, else create it; never creates a duplicate."""
+    """Update the sticky comment if present, else create it; never creates a duplicate.
+
+    A create that failed ambiguously (5xx, lost connection) may have gone through, so
+    the comments are listed again before the next try instead of re-posting blindly.
+    """
     body = ensure_marker(body, marker)
+    for attempt in range(client.max_retries + 1):
+        try:
+            return _upsert_once(client, owner, repo, pr_number, body, marker)
+        except GitHubError as exc:
+            if not exc.ambiguous or attempt == client.max_retries:
+                raise
+            client.wait_before_retry(exc, attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _upsert_once(
+    client: GitHubClient, owner: str, repo: str, pr_number: int, body: str, marker: str
+) -> PostResult:
     existing = find_sticky_comment(client, owner, repo, pr_number, marker)
     if existing is not None:
         path = f"{_repo_path(owner, repo)}/issues/comments/{int(existing['id'])}"

@@ -35,12 +35,16 @@ class GitHubError(Exception):
         status: int | None = None,
         method: str | None = None,
         url: str | None = None,
+        ambiguous: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.method = method
         self.url = url
+        # True when a non-idempotent call may or may not have taken effect (5xx, lost
+        # connection): the caller decides how to retry without duplicating.
+        self.ambiguous = ambiguous
 
     def __str__(self) -> str:
         where = " ".join(part for part in (self.method, self.url) if part)
@@ -144,30 +148,43 @@ class GitHubClient:
         *,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
+        idempotent: bool | None = None,
     ) -> requests.Response:
         """Send one API call, retrying transient failures; raise GitHubError on failure.
 
         At most ``max_retries + 1`` attempts are made and each wait is capped at
         ``max_backoff_s``, so the total sleep is at most ``max_retries * max_backoff_s``.
+        A non-idempotent call (POST by default) is not retried after a 5xx or a lost
+        connection, since it may have taken effect: it raises with ``ambiguous=True``.
+        Rate-limit answers (the call was refused) are retried for every method.
         """
         method = method.upper()
         url = self._url(path)
+        if idempotent is None:
+            idempotent = method != "POST"
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:
                 response = self._send(method, url, params, json)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                if response.status_code < 400:
+                    _ = response.content  # read the body now: a cut body is transient
+                    return response
+            except requests.RequestException as exc:
                 error = GitHubError(
-                    f"connection failed: {type(exc).__name__}", method=method, url=url
+                    f"connection failed: {type(exc).__name__}",
+                    method=method,
+                    url=url,
+                    ambiguous=not idempotent,
                 )
-                if last:
+                if last or not idempotent:
                     raise error from None
                 delay = self._backoff(attempt)
             else:
-                if response.status_code < 400:
-                    return response
                 delay = self._retry_delay(response, attempt)
                 error = self._error(response, method, url)
+                if response.status_code >= 500 and not idempotent:
+                    error.ambiguous = True
+                    raise error
                 if delay is None or last:
                     raise error
             self._log_retry(error, attempt, delay)
@@ -253,6 +270,12 @@ class GitHubClient:
         if status == 429 or _mentions_rate_limit(response):
             return self._backoff(attempt)
         return None  # a plain 403 is a permission problem: retrying will not help
+
+    def wait_before_retry(self, error: GitHubError, attempt: int) -> None:
+        """Backs off like a transient failure; for callers that retry at a higher level."""
+        delay = self._backoff(attempt)
+        self._log_retry(error, attempt, delay)
+        self._sleep(delay)
 
     def _log_retry(self, error: GitHubError, attempt: int, delay: float) -> None:
         log.warning(

@@ -274,3 +274,32 @@ def test_token_never_leaks(
     for text in (str(info.value), repr(info.value), str(bad.value), repr(bad.value), caplog.text):
         assert TOKEN not in text and "ghp_wrong_token_456" not in text
     assert caplog.records  # the retry was logged
+
+
+def test_lost_post_response_is_not_posted_twice(
+    gh: FakeGitHub, client: GitHubClient, sleep: RecordingSleep
+) -> None:
+    # the comment is created, but the answer is a 502: re-listing finds it and updates it
+    gh.inject("POST", LIST_PATH, 502, after_effect=True)
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    assert result.action == "updated"
+    assert len(gh.comments(OWNER, REPO, PR)) == 1
+    assert calls(gh, "POST") == 1 and sleep.calls == [1.0]
+
+
+def test_post_refused_with_502_is_created_after_relisting(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    gh.inject("POST", LIST_PATH, 502)  # refused before taking effect
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    assert result.action == "created"
+    assert len(gh.comments(OWNER, REPO, PR)) == 1
+    assert calls(gh, "POST") == 2 and calls(gh, "GET") == 2
+
+
+def test_post_is_not_retried_blindly_by_the_client(gh: FakeGitHub, client: GitHubClient) -> None:
+    gh.inject("POST", LIST_PATH, 500)
+    with pytest.raises(GitHubError) as info:
+        client.post_json(LIST_PATH, {"body": "x"})
+    assert info.value.ambiguous and info.value.status == 500
+    assert calls(gh, "POST") == 1

@@ -70,6 +70,7 @@ class _Fault:
     pattern: re.Pattern[str]
     reply: Reply
     remaining: int
+    after_effect: bool = False  # handle the request normally, then answer with the fault
 
 
 class FakeGitHub:
@@ -139,8 +140,12 @@ class FakeGitHub:
         headers: Mapping[str, str] | None = None,
         body: Any = None,
         times: int = 1,
+        after_effect: bool = False,
     ) -> None:
         """Queue a canned response for the next ``times`` requests matching.
+
+        With ``after_effect`` the request still takes effect (e.g. the comment is created)
+        and only the answer is replaced: a response lost on the way back.
 
         ``method`` is compared case-insensitively (``"*"`` matches any); ``path_regex``
         is searched in the path (without query). ``body`` defaults to GitHub-like
@@ -151,7 +156,7 @@ class FakeGitHub:
         if body is None:
             body = {"message": _reason(status), "documentation_url": DOCS_URL}
         reply = Reply(status, body, dict(headers or {}))
-        fault = _Fault(method.upper(), re.compile(path_regex), reply, times)
+        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect)
         with self._lock:
             self._faults.append(fault)
 
@@ -203,7 +208,9 @@ class FakeGitHub:
             self._record(method, path, query, headers)
             fault = self._take_fault(method, path)
             if fault is not None:
-                return copy.deepcopy(fault)
+                if fault.after_effect:
+                    self._route(method, path, query, data)
+                return copy.deepcopy(fault.reply)
             if headers.get("Authorization") != f"Bearer {self.token}":
                 return _error(401, "Bad credentials")
             return copy.deepcopy(self._route(method, path, query, data))
@@ -217,13 +224,13 @@ class FakeGitHub:
             seen["Authorization"] = "***"
         self._request_headers.append(seen)
 
-    def _take_fault(self, method: str, path: str) -> Reply | None:
+    def _take_fault(self, method: str, path: str) -> _Fault | None:
         for fault in self._faults:
             if fault.method in ("*", method.upper()) and fault.pattern.search(path):
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._faults.remove(fault)
-                return fault.reply
+                return fault
         return None
 
     def _route(self, method: str, path: str, query: dict[str, str], data: bytes) -> Reply:
