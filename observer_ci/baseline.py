@@ -24,6 +24,7 @@ from observer_ci.results import (
     STATUSES,
     ModelResult,
     RunResults,
+    error_headline,
 )
 
 RULES: tuple[str, ...] = (
@@ -174,7 +175,7 @@ def compare(
     found: list[Regression] = []
     for model in head.models:
         old = base_models.get(model.name)
-        found.extend(_compare_model(model, old, thresholds, fail_on))
+        found.extend(_compare_model(model, old, thresholds, fail_on, base is not None))
     if base is not None:
         head_names = {m.name for m in head.models}
         for old in base.models:
@@ -188,10 +189,14 @@ def _sort_key(reg: Regression) -> tuple[str, int, str]:
 
 
 def _compare_model(
-    head: ModelResult, base: ModelResult | None, th: Thresholds, fail_on: set[str]
+    head: ModelResult,
+    base: ModelResult | None,
+    th: Thresholds,
+    fail_on: set[str],
+    has_base_run: bool = False,
 ) -> list[Regression]:
     found: list[Regression] = []
-    failure = _failure(head, base, fail_on)
+    failure = _failure(head, base, fail_on, has_base_run)
     if failure is not None:
         found.append(failure)
     found.extend(_discrepancy(head, base, th, fail_on))
@@ -221,19 +226,17 @@ def _reg(
 
 
 def _summary_line(text: str | None, limit: int = 200) -> str:
-    """The last non-blank line of an error tail (where the exception message is)."""
-    for line in reversed((text or "").splitlines()):
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""
+    """The line of an error tail that says what broke (see ``error_headline``)."""
+    return error_headline(text, limit)
 
 
 def _status_rank(status: str | None) -> int:
     return STATUSES.index(status) if status in STATUSES else -1
 
 
-def _failure(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:
+def _failure(
+    head: ModelResult, base: ModelResult | None, fail_on: set[str], has_base_run: bool
+) -> Regression | None:
     rule = _FAILURE_RULE.get(head.status)
     if rule is None:
         return None
@@ -247,10 +250,10 @@ def _failure(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> 
         message += f": {detail}" if detail else ""
         return _reg(head, rule, message, base_status, head.status, fail_on, preexisting=True)
     if base is None:
-        message = f"{head.status} (no base result for this model)"
+        prefix = f"{head.status} (new model)" if has_base_run else ""
     else:
-        message = f"{head.status}, was {base_status} in base"
-    message += f": {detail}" if detail else ""
+        prefix = f"{head.status}, was {base_status} in base"
+    message = ": ".join(p for p in (prefix, detail) if p) or head.status
     return _reg(head, rule, message, base_status, head.status, fail_on)
 
 

@@ -202,7 +202,7 @@ class InputObserver:
                 default = param.default if param is not None else inspect.Parameter.empty
                 has_default = default is not inspect.Parameter.empty and default is not None
                 if has_default and isinstance(default, structure.SCALAR_TYPES):
-                    if value != default or type(value) is not type(default):
+                    if value != default:
                         constants[name] = value
                     continue
                 ignored[name] = f"scalar {type(value).__name__}"

@@ -361,6 +361,8 @@ class _Renderer:
 
     def model_section(self, index: int, model: ModelResult, level: int) -> str:
         blocks = [f"#### {self.status_line(model)}"]
+        if model.notes and level < LEVEL_MINIMAL:
+            blocks.append("  \n".join(f"⚠️ {_inline(n, 400)}" for n in model.notes))
         if level < LEVEL_NO_INPUTS and model.inputs:
             blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
         if level < LEVEL_OBS_SUMMARY and model.observations:

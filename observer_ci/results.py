@@ -111,6 +111,7 @@ class ModelResult:
     observations: list[ObservationResult] = field(default_factory=list)
     probe: ProbeResult | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # hints for the reader (training mode, ...)
 
     @property
     def max_abs(self) -> float | None:
@@ -179,6 +180,30 @@ class RunResults:
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object")
         return cls.from_dict(data)
+
+
+_NOISE_PREFIXES = ("(Refer to", "For more", "For extended", "For C++", "If you suspect")
+
+
+def error_headline(text: str | None, limit: int = 200) -> str:
+    """The one line of an error tail that says what broke.
+
+    torch.export errors carry an "Exception summary" section; elsewhere the last
+    meaningful line is the exception message (tracebacks end with it).
+    """
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if "## Exception summary" in lines:
+        after = lines[lines.index("## Exception summary") + 1 :]
+        if after:
+            return _cut(after[0], limit)
+    for line in reversed(lines):
+        if not line.startswith(_NOISE_PREFIXES):
+            return _cut(line, limit)
+    return _cut(lines[-1], limit) if lines else ""
+
+
+def _cut(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def environment_fingerprint() -> dict[str, Any]:

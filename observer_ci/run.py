@@ -8,13 +8,16 @@ import re
 import runpy
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from observer_ci import registry, structure
 from observer_ci.diff import flatten_outputs, max_diff
-from observer_ci.export import error_tail, export_observed, traceback_tail
+from observer_ci.export import ANSI_ESCAPE, error_tail, export_observed, traceback_tail
 from observer_ci.observer import InputObserver
 from observer_ci.probe import run_probe
 from observer_ci.replay import make_session, match_feeds, run_ort, time_torch_call
@@ -90,7 +93,7 @@ def run_script(
                 name=Path(script).stem,
                 script=script,
                 status=STATUS_SCRIPT_FAILED,
-                error=traceback_tail(e),
+                error=script_traceback(e, script),
             )
             progress(f"{script} raised {type(e).__name__}: {e}")
     script_seconds = time.perf_counter() - begin
@@ -111,6 +114,51 @@ def run_script(
             )
         )
     return models
+
+
+def script_traceback(exc: BaseException, script: str, max_frames: int = 12) -> str:
+    """The traceback from the script's own frames on (the runner's frames are noise)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    target = Path(script).resolve()
+    start = next(
+        (i for i, f in enumerate(frames) if Path(f.filename).resolve() == target), None
+    )
+    if start is None:
+        return traceback_tail(exc)
+    lines = traceback.format_list(frames[start:][-max_frames:])
+    lines += traceback.format_exception_only(type(exc), exc)
+    return ANSI_ESCAPE.sub("", "Traceback (most recent call last):\n" + "".join(lines)).strip()
+
+
+_TRAINING_SENSITIVE = (
+    torch.nn.modules.dropout._DropoutNd,
+    torch.nn.modules.batchnorm._BatchNorm,
+)
+
+
+def _has_training_behaviour(model: object) -> bool:
+    """True when a submodule in training mode behaves differently than in eval mode."""
+    if not isinstance(model, torch.nn.Module):
+        return False
+    return any(isinstance(m, _TRAINING_SENSITIVE) and m.training for m in model.modules())
+
+
+def model_notes(entry: registry.ObservedModel) -> list[str]:
+    """Hints a reader needs to interpret the numbers."""
+    notes = []
+    if _has_training_behaviour(entry.model):
+        notes.append(
+            "the model was in training mode: dropout and batch norm differ between runs; "
+            "call model.eval() in the observation script"
+        )
+    ignored: dict[str, str] = {}
+    for obs in entry.observer.observations:
+        for name, why in obs.ignored.items():
+            ignored.setdefault(name, why)
+    if ignored:
+        shown = ", ".join(f"{n} ({why})" for n, why in list(ignored.items())[:8])
+        notes.append(f"arguments not exported as inputs (the export uses their defaults): {shown}")
+    return notes
 
 
 def _execute(script: str) -> None:
@@ -146,6 +194,7 @@ def process_model(
         status=STATUS_OK,
         method_name=entry.method_name,
         n_observations=obs.num_obs(),
+        notes=model_notes(entry),
     )
     phase = _Phases(result)
     with phase("infer"):

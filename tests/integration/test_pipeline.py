@@ -146,6 +146,25 @@ def test_script_that_raises_keeps_models_observed_before(tmp_path):
     assert by_status[STATUS_OK].name == "linear"
     failed = by_status[STATUS_SCRIPT_FAILED]
     assert "RuntimeError: dataset @octocat" in failed.error and "half.py" in failed.error
+    assert failed.error.startswith("Traceback") and "observer_ci" not in failed.error
+
+
+def test_training_mode_with_dropout_is_a_discrepancy_with_a_note(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5))  # not eval()
+    with observe(model, name="train"):
+        model(torch.randn(2, 8))
+        model(torch.randn(5, 8))
+    (entry,) = take_registered()
+    result = process_model(entry, tmp_path, config=FAST, progress=quiet)
+    assert result.status == "discrepancy"
+    assert any("training mode" in n for n in result.notes)
+    model.eval()
+    with observe(model, name="eval"):
+        model(torch.randn(2, 8))
+        model(torch.randn(5, 8))
+    (entry,) = take_registered()
+    result = process_model(entry, tmp_path, config=FAST, progress=quiet)
+    assert result.status == STATUS_OK and result.notes == []
 
 
 def test_script_missing_or_observing_nothing_is_reported(tmp_path):

@@ -41,6 +41,8 @@ def test_generate_prefill_and_decode_share_one_graph(llama):
     assert prefill.n_none == 4 and prefill.success
     assert all(o.success and o.abs < 1e-4 for o in llama.observations)
     assert "logits_to_keep" in llama.dynamic_shapes  # generate's constant
+    # scalars whose default is None are not inputs: the report says so
+    assert any("use_cache (scalar bool)" in n for n in llama.notes), llama.notes
 
 
 @pytest.mark.transformers

@@ -274,3 +274,9 @@ def test_structure_change_of_an_input_is_an_error():
             model(**kw)
     with pytest.raises(ObserverError, match="changes structure"):
         obs.infer_dynamic_shapes()
+
+
+def test_scalar_equal_to_its_default_is_not_a_constant_whatever_its_type():
+    calls = [((), {"x": t(2, 3), "scale": 1}), ((), {"x": t(3, 3)})]  # default is 1.0
+    obs = observe(TwoInputs(), calls)
+    assert obs.infer_dynamic_shapes() == {"x": {0: DYN}}

@@ -1,0 +1,71 @@
+"""results.json schema helpers."""
+
+import math
+
+import pytest
+
+from observer_ci.results import (
+    ModelResult,
+    ObservationResult,
+    RunResults,
+    error_headline,
+)
+
+EXPORT_ERROR = """TorchExportError: Failed to export the model with torch.export. This is step 1/3.
+- Modify the model code.
+
+## Exception summary
+
+<class 'GuardOnDataDependentSymNode'>: Could not guard on data-dependent expression Eq(u0, 1)
+
+For more information, run with TORCH_LOGS="dynamic"
+(Refer to the full stack trace above for more information.)"""
+
+
+def test_error_headline_prefers_the_exception_summary():
+    assert error_headline(EXPORT_ERROR).startswith("<class 'GuardOnDataDependentSymNode'>")
+
+
+def test_error_headline_takes_the_last_meaningful_line_of_a_traceback():
+    tb = 'Traceback (most recent call last):\n  File "s.py", line 1\nValueError: boom\n'
+    assert error_headline(tb) == "ValueError: boom"
+    assert error_headline("x" * 500, limit=50).endswith("…")
+    assert error_headline(None) == ""
+
+
+def test_nan_is_never_hidden_by_a_smaller_error():
+    model = ModelResult(
+        name="m",
+        script="s.py",
+        status="discrepancy",
+        observations=[
+            ObservationResult(index=0, ok=True, abs=1e-7),
+            ObservationResult(index=1, ok=True, abs=math.nan),
+        ],
+    )
+    assert math.isnan(model.max_abs)
+
+
+def test_json_round_trip_keeps_nan_inf_and_notes(tmp_path):
+    model = ModelResult(
+        name="m",
+        script="s.py",
+        status="discrepancy",
+        notes=["training mode"],
+        observations=[ObservationResult(index=0, ok=True, abs=math.inf, rel=math.nan)],
+    )
+    path = RunResults(models=[model], label="head").write(tmp_path / "r.json")
+    assert '"inf"' in path.read_text()  # valid JSON: no bare Infinity / NaN
+    back = RunResults.read(path).models[0]
+    assert back.notes == ["training mode"]
+    assert math.isinf(back.observations[0].abs) and math.isnan(back.observations[0].rel)
+
+
+def test_unreadable_results_are_clear_errors(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        RunResults.read(bad)
+    bad.write_text("[]")
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        RunResults.read(bad)
