@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,8 @@ import torch
 
 from observer_ci import structure
 from observer_ci.diff import Diff, flatten_outputs, max_diff
+from observer_ci.export import error_tail
+from observer_ci.results import ObservationResult
 
 if TYPE_CHECKING:
     from observer_ci.observer import InputObserver
@@ -104,6 +107,73 @@ def run_ort(session, feeds: dict[str, np.ndarray], warmup: int, repeat: int):
     return time_call(lambda: session.run(None, feeds), warmup=warmup, repeat=repeat)
 
 
+@dataclass
+class Replay:
+    """One observation replayed: the result row plus what the reference API also reports."""
+
+    result: ObservationResult
+    diff: Diff | None = None
+    ort_outputs: list[np.ndarray] | None = None
+
+
+def replay_observation(
+    observer: InputObserver,
+    index: int,
+    session,
+    *,
+    atol: float,
+    rtol: float,
+    hist: tuple[float, ...],
+    warmup: int,
+    repeat: int,
+    method: Callable[..., Any] | None = None,
+) -> Replay:
+    """One stored call through onnxruntime (and torch when ``method`` is given), compared
+    with the outputs stored at observation time. Never raises: errors go in the result."""
+    flat_observed = observer._layout().flat[index]
+    observation = observer.observations[index]
+    row = ObservationResult(index=index, ok=False)
+    row.n_none = sum(t is None for t in flat_observed)
+    row.n_empty = sum(t is None or t.numel() == 0 for t in flat_observed)
+    row.outputs = structure.tensor_summary(observation.outputs)
+    replay = Replay(row)
+    if method is not None:
+        try:
+            _, row.torch_latency_s = time_torch_call(
+                method, observation.args, observation.kwargs, warmup, repeat
+            )
+        except Exception as e:
+            row.error = f"torch replay failed: {error_tail(e)}"
+    names = observer.leaf_names()
+    try:
+        flat = observer.infer_arguments(index, flat=True)
+        row.inputs = structure.tensor_summary(dict(zip(names, flat)))
+        feeds = match_feeds([i.name for i in session.get_inputs()], names, flat)
+        replay.ort_outputs, row.ort_latency_s = run_ort(session, feeds, warmup, repeat)
+    except Exception as e:
+        row.error = error_tail(e) + _absent_hint(names, flat_observed)
+        return replay
+    diff = max_diff(flatten_outputs(observation.outputs), replay.ort_outputs, hist=hist)
+    replay.diff = diff
+    row.ok = diff.comparable
+    row.abs, row.rel, row.hist = diff.abs, diff.rel, dict(diff.hist)
+    row.success = diff.within(atol, rtol)
+    if diff.errors:
+        row.error = "; ".join(diff.errors)
+    return replay
+
+
+def _absent_hint(names: list[str], flat: list[torch.Tensor | None]) -> str:
+    absent = [n for n, t in zip(names, flat) if t is None]
+    if not absent:
+        return ""
+    return (
+        f" (this call did not pass {absent[:5]}; the exported graph takes every input, "
+        "so they were filled with empty tensors: the model may treat None and empty "
+        "differently)"
+    )
+
+
 def check_observer(
     observer: InputObserver,
     onnx_model: Any,
@@ -116,15 +186,13 @@ def check_observer(
     warmup: int,
     repeat: int,
 ) -> list[dict[str, Any]]:
-    """Rows as returned by ``InputObserver.check_discrepancies``."""
+    """Rows as returned by ``InputObserver.check_discrepancies`` (reference format)."""
     try:
         session = make_session(onnx_model)
     except Exception as e:  # every failure is a row
-        return [{"index": -1, "SUCCESS": False, "error": f"{type(e).__name__}: {e}"}]
-    onnx_inputs = [i.name for i in session.get_inputs()]
-    names = observer.leaf_names()
-    rows = []
-    indices = range(observer.num_obs())
+        return [{"index": -1, "SUCCESS": False, "error": error_tail(e)}]
+    n_inputs = len(session.get_inputs())
+    indices: Any = range(observer.num_obs())
     if progress_bar:
         try:
             from tqdm import tqdm
@@ -132,53 +200,45 @@ def check_observer(
             indices = tqdm(indices)
         except ImportError:
             pass
+    rows = []
     for index in indices:
-        obs = observer.observations[index]
-        row = replay_one(
-            observer, session, onnx_inputs, names, index, atol, rtol, hist, warmup, repeat
+        replay = replay_observation(
+            observer,
+            index,
+            session,
+            atol=atol,
+            rtol=rtol,
+            hist=hist,
+            warmup=warmup,
+            repeat=repeat,
         )
-        row["duration_torch"] = obs.latency_s
-        if include_io:
-            row["outputs_torch"] = structure.tensor_summary(obs.outputs)
-        else:
-            row.pop("inputs", None)
-            row.pop("outputs_ort", None)
-        rows.append(row)
+        rows.append(_reference_row(replay, observer, n_inputs, include_io))
     return rows
 
 
-def replay_one(
-    observer: InputObserver,
-    session,
-    onnx_inputs: list[str],
-    names: list[str],
-    index: int,
-    atol: float,
-    rtol: float,
-    hist: tuple[float, ...],
-    warmup: int,
-    repeat: int,
+def _reference_row(
+    replay: Replay, observer: InputObserver, n_inputs: int, include_io: bool
 ) -> dict[str, Any]:
-    """One observation through onnxruntime, compared with its stored torch outputs."""
-    layout_flat = observer._layout().flat[index]
-    row: dict[str, Any] = {
-        "index": index,
-        "n_inputs": len(onnx_inputs),
-        "n_none": sum(t is None for t in layout_flat),
-        "n_empty": sum(t is None or t.numel() == 0 for t in layout_flat),
-    }
-    try:
-        flat = observer.infer_arguments(index, flat=True)
-        row["inputs"] = structure.tensor_summary(dict(zip(names, flat)))
-        feeds = match_feeds(onnx_inputs, names, flat)
-        got, seconds = run_ort(session, feeds, warmup, repeat)
-    except Exception as e:
-        row.update(SUCCESS=False, error=f"{type(e).__name__}: {e}", ort_duration=None)
-        return row
-    row["ort_duration"] = seconds
-    row["outputs_ort"] = structure.tensor_summary([torch.from_numpy(g) for g in got])
-    expected = flatten_outputs(observer.observations[index].outputs)
-    diff: Diff = max_diff(expected, got, hist=hist)
-    row.update(diff.as_row())
-    row["SUCCESS"] = diff.within(atol, rtol)
+    r = replay.result
+    row: dict[str, Any] = {}
+    if replay.diff is not None:
+        row.update(replay.diff.as_row())
+    if r.error:
+        row["error"] = r.error
+    row.update(
+        SUCCESS=r.success,
+        index=r.index,
+        duration_torch=observer.observations[r.index].latency_s,
+        ort_duration=r.ort_latency_s,
+        n_inputs=n_inputs,
+        n_none=r.n_none,
+        n_empty=r.n_empty,
+    )
+    if include_io:
+        row["inputs"] = r.inputs
+        row["outputs_torch"] = r.outputs
+        if replay.ort_outputs is not None:
+            row["outputs_ort"] = structure.tensor_summary(
+                [torch.from_numpy(np.asarray(g)) for g in replay.ort_outputs]
+            )
     return row

@@ -15,12 +15,10 @@ from pathlib import Path
 
 import torch
 
-from observer_ci import registry, structure
-from observer_ci.diff import flatten_outputs, max_diff
+from observer_ci import registry
 from observer_ci.export import ANSI_ESCAPE, error_tail, export_observed, traceback_tail
-from observer_ci.observer import InputObserver
 from observer_ci.probe import run_probe
-from observer_ci.replay import make_session, match_feeds, run_ort, time_torch_call
+from observer_ci.replay import make_session, replay_observation
 from observer_ci.results import (
     STATUS_DISCREPANCY,
     STATUS_EXPORT_FAILED,
@@ -231,7 +229,18 @@ def process_model(
     method = getattr(entry.model, entry.method_name)
     with phase("replay"):
         result.observations = [
-            replay_observation(obs, i, session, method, config) for i in range(obs.num_obs())
+            replay_observation(
+                obs,
+                i,
+                session,
+                method=method,
+                atol=config.atol,
+                rtol=config.rtol,
+                hist=config.hist,
+                warmup=config.warmup,
+                repeat=config.repeat,
+            ).result
+            for i in range(obs.num_obs())
         ]
     if config.probe:
         with phase("probe"):
@@ -253,51 +262,6 @@ def process_model(
         result.error = next((o.error for o in result.observations if o.error), None)
     progress(f"{entry.name}: {result.status}")
     return result
-
-
-def replay_observation(
-    obs: InputObserver, index: int, session, method: Callable, config: RunConfig
-) -> ObservationResult:
-    """One stored call in onnxruntime and again in torch, with warm-up and median timing."""
-    row = ObservationResult(index=index, ok=False)
-    layout_flat = obs._layout().flat[index]
-    row.n_none = sum(t is None for t in layout_flat)
-    row.n_empty = sum(t is None or t.numel() == 0 for t in layout_flat)
-    observation = obs.observations[index]
-    row.outputs = structure.tensor_summary(observation.outputs)
-    try:
-        _, row.torch_latency_s = time_torch_call(
-            method, observation.args, observation.kwargs, config.warmup, config.repeat
-        )
-    except Exception as e:
-        row.error = f"torch replay failed: {error_tail(e)}"
-    names = obs.leaf_names()
-    try:
-        flat = obs.infer_arguments(index, flat=True)
-        row.inputs = structure.tensor_summary(dict(zip(names, flat)))
-        feeds = match_feeds([i.name for i in session.get_inputs()], names, flat)
-        got, row.ort_latency_s = run_ort(session, feeds, config.warmup, config.repeat)
-    except Exception as e:
-        row.error = error_tail(e) + _absent_hint(names, layout_flat)
-        return row
-    diff = max_diff(flatten_outputs(observation.outputs), got, hist=config.hist)
-    row.ok = diff.comparable
-    row.abs, row.rel, row.hist = diff.abs, diff.rel, dict(diff.hist)
-    row.success = diff.within(config.atol, config.rtol)
-    if diff.errors:
-        row.error = "; ".join(diff.errors)
-    return row
-
-
-def _absent_hint(names: list[str], flat: list) -> str:
-    absent = [n for n, t in zip(names, flat) if t is None]
-    if not absent:
-        return ""
-    return (
-        f" (this call did not pass {absent[:5]}; the exported graph takes every input, "
-        "so they were filled with empty tensors: the model may treat None and empty "
-        "differently)"
-    )
 
 
 def _status(observations: list[ObservationResult]) -> str:
