@@ -595,3 +595,12 @@ def test_no_request_ever_reached_the_quiet_server(quiet_gh, dry_run, bad_input_r
     assert len(bad_input_runs) == len(BAD_INPUTS)
     assert quiet_gh.sent == []
     assert quiet_gh.requests == []
+
+
+def test_every_output_written_is_declared_in_action_yml(first_run, fork_run):
+    import yaml
+
+    declared = set(yaml.safe_load((REPO_ROOT / "action.yml").read_text())["outputs"])
+    written = set(first_run.outputs) | set(fork_run.outputs)
+    assert {"status", "comment", "comment_url", "results_path"} <= written
+    assert written <= declared
