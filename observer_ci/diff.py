@@ -26,6 +26,7 @@ class Diff:
     sum: float = 0.0
     n: int = 0  # number of compared elements
     dnan: int = 0  # elements where exactly one side is NaN
+    dev: int = 0  # expected tensors not on the CPU (onnxruntime runs on the CPU here)
     hist: dict[str, int] = field(default_factory=dict)  # ">0.1" -> elements above
     errors: list[str] = field(default_factory=list)
 
@@ -45,6 +46,7 @@ class Diff:
             "sum": self.sum,
             "n": float(self.n),
             "dnan": float(self.dnan),
+            "dev": float(self.dev),
         }
         row.update({k: float(v) for k, v in self.hist.items()})
         if self.errors:
@@ -52,10 +54,10 @@ class Diff:
         return row
 
 
-def flatten_outputs(value: Any) -> list[np.ndarray]:
-    """Tensor leaves of a nested output as numpy arrays; None and non-tensors dropped."""
+def flatten_outputs(value: Any) -> list[torch.Tensor | np.ndarray]:
+    """Tensor leaves of a nested output; None and non-tensors dropped."""
     leaves = pytree.tree_flatten(value)[0]
-    return [_to_numpy(t) for t in leaves if isinstance(t, (torch.Tensor, np.ndarray))]
+    return [t for t in leaves if isinstance(t, (torch.Tensor, np.ndarray))]
 
 
 def _to_numpy(t: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -75,9 +77,12 @@ def max_diff(
     expected: Sequence[Any], got: Sequence[Any], hist: Sequence[float] = (0.1, 0.01)
 ) -> Diff:
     """Compares two flat output lists element-wise, output by output."""
+    diff = Diff(hist={hist_key(h): 0 for h in hist})
+    diff.dev = sum(
+        isinstance(e, torch.Tensor) and e.device.type != "cpu" for e in expected
+    )
     expected = [_to_numpy(e) if not isinstance(e, np.ndarray) else e for e in expected]
     got = [_to_numpy(g) if not isinstance(g, np.ndarray) else g for g in got]
-    diff = Diff(hist={hist_key(h): 0 for h in hist})
     got = _drop_trailing_empty(expected, got)
     if len(expected) != len(got):
         diff.errors.append(f"output count differs: expected {len(expected)}, got {len(got)}")
