@@ -84,22 +84,25 @@ def run_install(settings: Settings) -> ModelResult | None:
     if not settings.install:
         return None
     log(f"install: {settings.install}")
-    proc = subprocess.run(
-        settings.install,
-        shell=True,
-        capture_output=True,
-        text=True,
-        cwd=settings.workspace,
-        env=without_tokens(os.environ),
-    )
-    if proc.returncode == 0:
-        return None
-    tail = (proc.stdout + proc.stderr)[-3000:]
+    try:
+        proc = subprocess.run(
+            settings.install,
+            shell=True,
+            capture_output=True,
+            text=True,
+            cwd=settings.workspace,
+            env=without_tokens(os.environ),
+            timeout=settings.timeout_minutes * 60,
+        )
+    except subprocess.TimeoutExpired:
+        error = f"install command timed out after {settings.timeout_minutes:g} minutes"
+    else:
+        if proc.returncode == 0:
+            return None
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        error = f"install command exited with {proc.returncode}:\n{tail}"
     return ModelResult(
-        name="install",
-        script=settings.install,
-        status=STATUS_SCRIPT_FAILED,
-        error=f"install command exited with {proc.returncode}:\n{tail}",
+        name="install", script=settings.install, status=STATUS_SCRIPT_FAILED, error=error
     )
 
 
@@ -139,14 +142,25 @@ def run_scripts_subprocess(
             p for p in (pythonpath, child_env.get("PYTHONPATH", "")) if p
         )
     log(f"running {label}: {' '.join(expanded)}")
-    proc = subprocess.run(cmd, cwd=cwd, env=child_env, stdout=subprocess.PIPE, text=True)
-    if results_path.exists():
-        try:
-            return RunResults.read(results_path)
-        except ValueError as e:
-            error = f"results.json unreadable: {e}"
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=cwd,
+            env=child_env,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=settings.timeout_minutes * 60,
+        )
+    except subprocess.TimeoutExpired:
+        error = f"the scripts did not finish within timeout_minutes={settings.timeout_minutes:g}"
     else:
-        error = f"the observer process exited with {proc.returncode} before writing results"
+        if results_path.exists():
+            try:
+                return RunResults.read(results_path)
+            except ValueError as e:
+                error = f"results.json unreadable: {e}"
+        else:
+            error = f"the observer process exited with {proc.returncode} before writing results"
     return RunResults(
         label=label,
         models=[

@@ -52,16 +52,20 @@ def ensure_marker(body: str, marker: str = MARKER) -> str:
 def select_sticky_comment(comments: Iterable[dict], marker: str = MARKER) -> dict | None:
     """Pick the sticky comment among ``comments``.
 
-    Comments whose first line is the marker beat those merely containing it;
-    among equals the most recently created one (then the highest id) wins.
+    Comments whose first line is the marker beat those merely containing it; then a
+    bot's comment (ours, e.g. github-actions[bot]) beats a person's who quoted the
+    marker, since we could not edit theirs; then the most recent (then highest id).
     """
     best: dict | None = None
-    best_key: tuple[int, str, int] | None = None
+    best_key: tuple[int, int, str, int] | None = None
     for comment in comments:
         rank = marker_rank(comment.get("body"), marker)
         if rank == 0:
             continue
-        key = (rank, str(comment.get("created_at") or ""), _int_or_zero(comment.get("id")))
+        user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
+        is_bot = int(user.get("type") == "Bot")
+        created = str(comment.get("created_at") or "")
+        key = (rank, is_bot, created, _int_or_zero(comment.get("id")))
         if best_key is None or key > best_key:
             best, best_key = comment, key
     return best

@@ -40,6 +40,7 @@ class Settings:
     out_dir: str = "observer-ci-out"
     dry_run: bool = False
     repeat: int = 10
+    timeout_minutes: float = 60.0  # per run of the scripts (head, base) and for install
     github_api_url: str = "https://api.github.com"
     github_server_url: str = "https://github.com"
     repository: str = ""
@@ -65,8 +66,18 @@ class Settings:
             repeat = int(repeat_text)
         except ValueError as e:
             raise SettingsError(f"input 'repeat' must be an integer, got {repeat_text!r}") from e
+        timeout_text = get("INPUT_TIMEOUT_MINUTES", "60")
+        try:
+            timeout_minutes = float(timeout_text)
+        except ValueError as e:
+            raise SettingsError(
+                f"input 'timeout_minutes' must be a number, got {timeout_text!r}"
+            ) from e
+        if not timeout_minutes > 0:
+            raise SettingsError("input 'timeout_minutes' must be positive")
         return cls(
             scripts=scripts,
+            timeout_minutes=timeout_minutes,
             install=get("INPUT_INSTALL").strip(),
             baseline=get("INPUT_BASELINE").strip(),
             thresholds=get("INPUT_THRESHOLDS"),

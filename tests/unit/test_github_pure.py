@@ -137,6 +137,16 @@ def test_select_sticky_comment_prefers_marker_first_line() -> None:
     assert select_sticky_comment(comments[1:])["id"] == 2
 
 
+def test_select_sticky_comment_prefers_the_bot_over_a_person_quoting_the_marker() -> None:
+    bot = {**_comment(1, f"{MARKER}\nreport", "2024-01-01T00:00:01Z"), "user": {"type": "Bot"}}
+    person = {
+        **_comment(2, f"{MARKER}\ncopied the raw report", "2024-01-01T00:00:09Z"),
+        "user": {"type": "User"},
+    }
+    assert select_sticky_comment([bot, person])["id"] == 1
+    assert select_sticky_comment([person])["id"] == 2  # still found when it is the only one
+
+
 def test_select_sticky_comment_ties_break_on_id() -> None:
     same = "2024-01-01T00:00:01Z"
     comments = [_comment(5, MARKER, same), _comment(6, MARKER, same)]
