@@ -80,6 +80,7 @@ def test_untrusted_text_injects_no_html_elements():
     assert "<strong>bold</strong>" not in html
     text = "".join(parsed.text)
     assert "<script>alert(1)</script>" in text  # shown as text, literally
+    assert "x|y" in text  # the pipe stayed inside its cell (GFM drops cells past the header)
 
 
 def test_tables_keep_their_shape():
