@@ -197,3 +197,22 @@ def test_nested_inputs_and_another_method_export_and_match_by_name(tmp_path):
     proto = onnx.load(result.export.onnx_path)
     assert [i.name for i in proto.graph.input] == result.export.input_names
     assert result.probe.ran and result.probe.success
+
+
+def test_onnxruntime_failure_is_an_ort_failed_result_with_a_hint(tmp_path):
+    class Masked(torch.nn.Module):
+        def forward(self, x, mask=None):
+            return x if mask is None else x * mask.unsqueeze(-1)
+
+    model = Masked()
+    with observe(model, name="masked"):
+        model(torch.randn(2, 7, 4))  # no mask: replayed with an empty mask, which ORT rejects
+        model(torch.randn(3, 9, 4), mask=torch.ones(3, 9))
+        model(torch.randn(4, 5, 4), mask=torch.ones(4, 5))
+    (entry,) = take_registered()
+    result = process_model(entry, tmp_path, config=FAST, progress=quiet)
+    assert result.status == "ort_failed"
+    first, *others = result.observations
+    assert not first.ok and first.ort_latency_s is None
+    assert "did not pass ['mask']" in first.error
+    assert all(o.success for o in others)
