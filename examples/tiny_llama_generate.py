@@ -2,8 +2,9 @@
 
 Needs the optional ``transformers`` extra. Weights are random (built from a config,
 nothing is downloaded). observer-ci observes the prefill call (empty cache) and two
-decode calls, infers batch-static / sequence-dynamic shapes for the ids, the mask and
-every cache tensor, and exports one graph that serves both prefill and decode.
+decode calls, infers dynamic sequence lengths for the ids, the mask and
+every cache tensor (plus the batch, flagged), and exports one graph that serves both
+prefill and decode.
 """
 
 import torch
@@ -23,7 +24,10 @@ config = LlamaConfig(
 torch.manual_seed(0)
 model = LlamaForCausalLM(config).eval()
 input_ids = torch.randint(3, 1000, (2, 5))
-with torch.no_grad(), observer_ci.observe(model, name="tiny_llama", store_n_calls=3):
+# generate() keeps the batch size, so mark dim 0 of every input dynamic explicitly.
+with torch.no_grad(), observer_ci.observe(
+    model, name="tiny_llama", store_n_calls=3, set_batch_dimension_for=True
+):
     model.generate(
         input_ids,
         attention_mask=torch.ones_like(input_ids),

@@ -37,6 +37,11 @@ def plan_sizes(observer: InputObserver, dynamic: list[list[int]]) -> list[tuple[
     if len(complete) >= 2:
         a, b = layout.flat[complete[-2]], layout.flat[complete[-1]]
         plan = {(j, d): max(1, 2 * b[j].shape[d] - a[j].shape[d]) for j, d in keys}
+        # a batch dim flagged dynamic never varied: grow it too (the same for every input)
+        grown_batch = max((max(seen[k]) for k in keys if k[1] == 0), default=0) + 1
+        for key in keys:
+            if key[1] == 0 and plan[key] in seen[key]:
+                plan[key] = grown_batch
         plans.append(("extrapolated from the last two calls", plan))
     grow = {(j, d): max(seen[(j, d)]) + 1 for j, d in keys}
     plans.append(("every dynamic dim grown past the largest seen", grow))

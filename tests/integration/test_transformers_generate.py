@@ -34,8 +34,9 @@ def test_generate_prefill_and_decode_share_one_graph(llama):
         "past_key_values_value_cache_1",
     ]
     dyn = {i.name: i.dynamic_dims for i in llama.inputs}
-    assert dyn["input_ids"] == [1] and dyn["attention_mask"] == [1]
-    assert all(dyn[n] == [2] for n in names[3:])  # the cache length, batch stays static
+    # the sequence / cache length varied; the batch is flagged by set_batch_dimension_for
+    assert dyn["input_ids"] == [0, 1] and dyn["attention_mask"] == [0, 1]
+    assert all(dyn[n] == [0, 2] for n in names[3:])
     # the prefill call had an empty cache: absent in the observation, 0-length when replayed
     prefill = llama.observations[0]
     assert prefill.n_none == 4 and prefill.success
@@ -50,7 +51,9 @@ def test_decode_samples_fail_to_trace_and_prefill_is_used(llama):
     # transformers' sdpa path branches on `seq > 1`: a seq=1 decode call cannot be the sample
     assert llama.export.sample_index == 0
     assert llama.export.failed_samples and "call 1" in llama.export.failed_samples[0]
-    assert isinstance(llama.export.input_dims["past_key_values_key_cache_0"][2], str)
+    dims = llama.export.input_dims
+    assert isinstance(dims["past_key_values_key_cache_0"][2], str)
+    assert all(isinstance(dims[name][0], str) for name in dims)  # the batch is symbolic
 
 
 @pytest.mark.transformers
@@ -60,6 +63,7 @@ def test_probe_runs_an_unseen_cache_length(llama):
     seen = {s[2] for i in llama.inputs[3:] for s in i.shapes if s}
     assert probe.shapes["past_key_values_key_cache_0"][2] not in seen
     assert probe.shapes["attention_mask"][1] == probe.shapes["past_key_values_key_cache_0"][2] + 1
+    assert {s[0] for s in probe.shapes.values()} == {3}  # a batch size never observed (2)
 
 
 @pytest.mark.transformers
