@@ -6,7 +6,6 @@ transformers ``DynamicCache``) are handled like lists and dicts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,11 +40,6 @@ def canonical_order(value: Any, reference: Any) -> Any:
             return type(value)(*items)
         return type(value)(items)
     return value
-
-
-def flatten(value: Any) -> tuple[list[Any], pytree.TreeSpec]:
-    """Leaves and spec of a nested value."""
-    return pytree.tree_flatten(value)
 
 
 def leaf_names(prefix: str, value: Any) -> list[str]:
@@ -120,8 +114,3 @@ def _dtype_code(dtype: torch.dtype) -> str:
         torch.bfloat16: "16",
     }
     return codes.get(dtype, str(dtype).replace("torch.", ""))
-
-
-def map_tensors(fn: Callable[[torch.Tensor], Any], value: Any) -> Any:
-    """Applies ``fn`` to every tensor of a nested value."""
-    return pytree.tree_map(lambda t: fn(t) if isinstance(t, torch.Tensor) else t, value)
