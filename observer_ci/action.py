@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from observer_ci.baseline import Regression, compare, parse_fail_on, parse_thresholds
-from observer_ci.cli import expand_scripts
 from observer_ci.github import pr_number_from_event, repo_from_env, upsert_sticky_comment
 from observer_ci.github_client import GitHubClient, GitHubError
-from observer_ci.report import render_report
+from observer_ci.report import render_report, write_report_files
 from observer_ci.results import STATUS_SCRIPT_FAILED, ModelResult, RunResults
 from observer_ci.settings import Settings, SettingsError
 
@@ -58,11 +57,7 @@ def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
     regressions = compare(head, base, thresholds, fail_on)
     failed = any(r.fails_build for r in regressions)
 
-    head.write(out / "results.json")
-    if base is not None:
-        base.write(out / "base-results.json")
-    full = render_report(head, regressions, base, max_chars=10**9, run_url=settings.run_url)
-    (out / "report.md").write_text(full, encoding="utf-8")
+    full = write_report_files(out, head, regressions, base, run_url=settings.run_url)
     log(f"wrote {out / 'results.json'} and {out / 'report.md'}")
     write_summary(settings, full)
     annotate(regressions)
@@ -118,7 +113,6 @@ def run_scripts_subprocess(
 ) -> RunResults:
     """Runs ``observer-ci run`` in a child process so a crashing script cannot take us down."""
     cwd = cwd or settings.workspace
-    expanded = expand_scripts_in(scripts, cwd)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out.resolve() / "results.json"
     results_path.unlink(missing_ok=True)
@@ -127,7 +121,7 @@ def run_scripts_subprocess(
         "-m",
         "observer_ci",
         "run",
-        *expanded,
+        *scripts,  # globs are expanded by the child, in its working directory
         "--out",
         str(out.resolve()),
         "--label",
@@ -141,7 +135,7 @@ def run_scripts_subprocess(
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (pythonpath, child_env.get("PYTHONPATH", "")) if p
         )
-    log(f"running {label}: {' '.join(expanded)}")
+    log(f"running {label}: {' '.join(scripts)}")
     try:
         proc = subprocess.run(
             cmd,
@@ -165,7 +159,7 @@ def run_scripts_subprocess(
         label=label,
         models=[
             ModelResult(
-                name=label, script=" ".join(expanded), status=STATUS_SCRIPT_FAILED, error=error
+                name=label, script=" ".join(scripts), status=STATUS_SCRIPT_FAILED, error=error
             )
         ],
     )
@@ -175,15 +169,6 @@ def without_tokens(env: Mapping[str, str]) -> dict[str, str]:
     """The environment for repository code (install, scripts): it never needs the token,
     and whatever it prints ends up in the report."""
     return {k: v for k, v in env.items() if k not in ("INPUT_TOKEN", "GITHUB_TOKEN")}
-
-
-def expand_scripts_in(patterns: list[str], cwd: str) -> list[str]:
-    here = os.getcwd()
-    try:
-        os.chdir(cwd)
-        return expand_scripts(patterns)
-    finally:
-        os.chdir(here)
 
 
 def load_baseline(

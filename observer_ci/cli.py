@@ -148,14 +148,10 @@ def publish(
 ) -> int:
     """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
     from observer_ci.baseline import compare
-    from observer_ci.report import render_report
+    from observer_ci.report import write_report_files
 
-    out.mkdir(parents=True, exist_ok=True)
-    if write_results:
-        head.write(out / "results.json")
     regressions = compare(head, base, thresholds, fail_on)
-    report = render_report(head, regressions, base, max_chars=10**9)
-    (out / "report.md").write_text(report, encoding="utf-8")
+    write_report_files(out, head, regressions, base, write_results=write_results)
     for m in head.models:
         print(f"{m.status:>15}  {m.name}")
     print_regressions(regressions)

@@ -389,7 +389,8 @@ class InputObserver:
             flagged.add(name)
         return flagged
 
-    def _leaf_dynamic_dims(self, set_batch_dimension_for: Any = None) -> list[list[int]]:
+    def dynamic_dims(self, set_batch_dimension_for: Any = None) -> list[list[int]]:
+        """Per flattened input (export order), its dynamic dimensions."""
         layout = self._layout()
         flagged = self._batch_flags(layout, set_batch_dimension_for)
         result = []
@@ -416,7 +417,7 @@ class InputObserver:
         unknown names raise.
         """
         layout = self._layout()
-        dims = self._leaf_dynamic_dims(set_batch_dimension_for)
+        dims = self.dynamic_dims(set_batch_dimension_for)
         per_leaf = [dict.fromkeys(d, DYNAMIC) for d in dims]
         it = iter(per_leaf)
         by_slot = {}
@@ -543,6 +544,10 @@ class InputObserver:
         return (), structured
 
     # ------------------------------------------------------------------ reporting
+    def aligned_inputs(self, index: int) -> list[torch.Tensor | None]:
+        """Flattened inputs of one stored call in export order, None where absent."""
+        return list(self._layout().flat[index])
+
     def leaf_names(self) -> list[str]:
         """Names of the flattened inputs, in export order."""
         return self._layout().leaf_names
@@ -550,7 +555,7 @@ class InputObserver:
     def input_summaries(self, set_batch_dimension_for: Any = None) -> list[InputSummary]:
         """Per flattened input: dtype, shape in each call, dynamic dims."""
         layout = self._layout()
-        dynamic = self._leaf_dynamic_dims(set_batch_dimension_for)
+        dynamic = self.dynamic_dims(set_batch_dimension_for)
         summaries = []
         for j, name in enumerate(layout.leaf_names):
             shapes = [None if f[j] is None else list(f[j].shape) for f in layout.flat]

@@ -25,17 +25,16 @@ Plan = dict[tuple[int, int], int]  # (leaf index, dim) -> new size
 
 def plan_sizes(observer: InputObserver, dynamic: list[list[int]]) -> list[tuple[str, Plan]]:
     """Candidate size plans, most faithful first; each changes at least one size."""
-    layout = observer._layout()
-    best = observer.best_index()
-    base = layout.flat[best]
+    calls = [observer.aligned_inputs(i) for i in range(observer.num_obs())]
+    base = calls[observer.best_index()]
     keys = [(j, d) for j, dims in enumerate(dynamic) for d in dims]
     seen: dict[tuple[int, int], set[int]] = {
-        (j, d): {f[j].shape[d] for f in layout.flat if f[j] is not None} for j, d in keys
+        (j, d): {f[j].shape[d] for f in calls if f[j] is not None} for j, d in keys
     }
     plans: list[tuple[str, Plan]] = []
-    complete = [i for i, f in enumerate(layout.flat) if all(t is not None for t in f)]
+    complete = [f for f in calls if all(t is not None for t in f)]
     if len(complete) >= 2:
-        a, b = layout.flat[complete[-2]], layout.flat[complete[-1]]
+        a, b = complete[-2], complete[-1]
         plan = {(j, d): max(1, 2 * b[j].shape[d] - a[j].shape[d]) for j, d in keys}
         # a batch dim flagged dynamic never varied: grow it too (the same for every input)
         grown_batch = max((max(seen[k]) for k in keys if k[1] == 0), default=0) + 1
@@ -104,7 +103,7 @@ def run_probe(
     rtol: float = 0.1,
 ) -> ProbeResult:
     """Runs the first plan torch eager accepts through onnxruntime and compares."""
-    dynamic = observer._leaf_dynamic_dims(set_batch_dimension_for)
+    dynamic = observer.dynamic_dims(set_batch_dimension_for)
     if not any(dynamic):
         return ProbeResult(ran=False, reason="no dynamic dimension to probe")
     names = observer.leaf_names()

@@ -130,7 +130,7 @@ def replay_observation(
 ) -> Replay:
     """One stored call through onnxruntime (and torch when ``method`` is given), compared
     with the outputs stored at observation time. Never raises: errors go in the result."""
-    flat_observed = observer._layout().flat[index]
+    flat_observed = observer.aligned_inputs(index)
     observation = observer.observations[index]
     row = ObservationResult(index=index, ok=False)
     row.n_none = sum(t is None for t in flat_observed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -601,21 +602,22 @@ def render_report(
     regressions: list[Regression],
     base: RunResults | None = None,
     *,
-    max_chars: int = GITHUB_MAX_CHARS,
+    max_chars: int | None = GITHUB_MAX_CHARS,
     title: str = "observer-ci",
     run_url: str | None = None,
 ) -> str:
     """The Markdown PR comment: marker, headline, regressions, environment, models.
 
-    Longer than ``max_chars``, it is re-rendered with less detail (see ``LEVELS``)
+    ``max_chars=None`` renders everything (report.md, job summary). Longer than
+    ``max_chars``, it is re-rendered with less detail (see ``LEVELS``)
     and finally hard-cut; a truncation note is then appended. Never longer than
     ``max_chars``.
     """
-    if max_chars <= 0:
+    if max_chars is not None and max_chars <= 0:
         raise ValueError(f"max_chars must be positive, got {max_chars}")
     renderer = _Renderer(head, regressions, base, title, run_url)
     text = renderer.render(LEVEL_FULL)
-    if len(text) <= max_chars:
+    if max_chars is None or len(text) <= max_chars:
         return text
     note = f"\n{TRUNCATION_NOTE}\n"
     for level in LEVELS[1:]:
@@ -623,3 +625,24 @@ def render_report(
         if len(text) <= max_chars:
             return text
     return _hard_cut(renderer.render(LEVEL_MINIMAL), max_chars)
+
+
+def write_report_files(
+    out: Path,
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    *,
+    run_url: str | None = None,
+    write_results: bool = True,
+) -> str:
+    """Writes ``results.json`` first (and ``base-results.json``), then the full
+    ``report.md``; returns the report. Called before anything is posted."""
+    out.mkdir(parents=True, exist_ok=True)
+    if write_results:
+        head.write(out / "results.json")
+        if base is not None:
+            base.write(out / "base-results.json")
+    report = render_report(head, regressions, base, max_chars=None, run_url=run_url)
+    (out / "report.md").write_text(report, encoding="utf-8")
+    return report
