@@ -16,16 +16,15 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from observer_ci.baseline import Regression, compare, parse_fail_on, parse_thresholds
+from observer_ci.constants import GITHUB_COMMENT_MAX_CHARS, STEP_SUMMARY_MAX_BYTES
 from observer_ci.github import pr_number_from_event, repo_from_env, upsert_sticky_comment
 from observer_ci.github_client import GitHubClient, GitHubError
 from observer_ci.report import render_report, write_report_files
 from observer_ci.results import STATUS_SCRIPT_FAILED, ModelResult, RunResults
+from observer_ci.rules import Regression, compare, parse_fail_on, parse_thresholds
 from observer_ci.settings import Settings, SettingsError
 
-COMMENT_LIMIT = 65536
-SUMMARY_LIMIT = 1_000_000  # GitHub rejects step summaries over 1 MiB
-FALLBACK_COMMENT_LIMIT = 60000
+FALLBACK_GITHUB_COMMENT_MAX_CHARS = 60000
 MAX_ANNOTATIONS = 10  # per level; GitHub shows at most 10 of each per step anyway
 
 
@@ -236,8 +235,8 @@ def write_summary(settings: Settings, report: str) -> None:
     if not settings.step_summary:
         return
     text = report
-    if len(text.encode("utf-8")) > SUMMARY_LIMIT:
-        text = render_cut(report, SUMMARY_LIMIT)
+    if len(text.encode("utf-8")) > STEP_SUMMARY_MAX_BYTES:
+        text = render_cut(report, STEP_SUMMARY_MAX_BYTES)
     with open(settings.step_summary, "a", encoding="utf-8") as f:
         f.write(text + "\n")
 
@@ -310,9 +309,7 @@ def post_comment(
         posted = _upsert_fitting(settings, head, regressions, base, pr)
     except GitHubError as e:
         kind = "forbidden" if e.status == 403 else "failed"
-        hint = (
-            " (a pull request from a fork gets a read-only token)" if e.status == 403 else ""
-        )
+        hint = " (a pull request from a fork gets a read-only token)" if e.status == 403 else ""
         print(
             f"::warning title=observer-ci::could not post the PR comment{hint}: "
             f"{workflow_escape(str(e))}; the report is in the job summary and report.md",
@@ -340,13 +337,15 @@ def _upsert_fitting(
     """Posts the report; on 422 (too long by GitHub's count) once more, clearly shorter."""
     owner, repo = repo_from_env(settings.repository)
     client = GitHubClient(settings.github_api_url, settings.token)
-    body = render_report(head, regressions, base, max_chars=COMMENT_LIMIT, run_url=settings.run_url)
+    body = render_report(
+        head, regressions, base, max_chars=GITHUB_COMMENT_MAX_CHARS, run_url=settings.run_url
+    )
     try:
         return upsert_sticky_comment(client, owner, repo, pr, body)
     except GitHubError as e:
         if e.status != 422:
             raise
         log(f"comment rejected ({e.message}); retrying with a shorter report")
-    limit = min(FALLBACK_COMMENT_LIMIT, len(body) * 3 // 4)
+    limit = min(FALLBACK_GITHUB_COMMENT_MAX_CHARS, len(body) * 3 // 4)
     body = render_report(head, regressions, base, max_chars=limit, run_url=settings.run_url)
     return upsert_sticky_comment(client, owner, repo, pr, body)

@@ -121,7 +121,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, head = _read(args.base), _read(args.head)
     if args.out:
         return publish(head, base, Path(args.out), thresholds, fail_on, write_results=False)
-    from observer_ci.baseline import compare
+    from observer_ci.rules import compare
 
     regressions = compare(head, base, thresholds, fail_on)
     print_regressions(regressions)
@@ -129,7 +129,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from observer_ci.baseline import merge_results
+    from observer_ci.merge import merge_results
 
     thresholds, fail_on = _gate(args)
     merged = merge_results([_read(p) for p in args.parts])
@@ -147,8 +147,8 @@ def publish(
     write_results: bool = True,
 ) -> int:
     """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
-    from observer_ci.baseline import compare
     from observer_ci.report import write_report_files
+    from observer_ci.rules import compare
 
     regressions = compare(head, base, thresholds, fail_on)
     write_report_files(out, head, regressions, base, write_results=write_results)
@@ -166,7 +166,7 @@ def print_regressions(regressions) -> None:
 
 
 def _gate(args: argparse.Namespace):
-    from observer_ci.baseline import parse_fail_on, parse_thresholds
+    from observer_ci.rules import parse_fail_on, parse_thresholds
 
     try:
         return parse_thresholds(args.thresholds), parse_fail_on(args.fail_on)

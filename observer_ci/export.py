@@ -5,35 +5,17 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
-import re
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import onnx
 import torch
 
+from observer_ci.constants import DEFAULT_OPSET
+from observer_ci.errors import error_tail
 from observer_ci.observer import InputObserver
 from observer_ci.results import ExportResult
-
-DEFAULT_OPSET = 20
-ERROR_TAIL_CHARS = 3000
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def error_tail(exc: BaseException, limit: int = ERROR_TAIL_CHARS) -> str:
-    """``Type: message`` keeping the end of long messages, where exporters say what broke."""
-    text = ANSI_ESCAPE.sub("", f"{type(exc).__name__}: {exc}").strip()
-    if len(text) <= limit:
-        return text
-    return "…" + text[-limit:]
-
-
-def traceback_tail(exc: BaseException, lines: int = 12) -> str:
-    """The last frames of a traceback, for scripts that raised."""
-    formatted = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return ANSI_ESCAPE.sub("", "".join(formatted[-lines:])).strip()
 
 
 def as_module(model: Any, method_name: str) -> torch.nn.Module:

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
+from observer_ci.constants import MARKER
 from observer_ci.github_client import GitHubClient, GitHubError
-
-MARKER = "<!-- observer-ci:sticky-comment -->"
 
 _REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?/[A-Za-z0-9._-]+$")
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from observer_ci.diff import flatten_outputs, max_diff
-from observer_ci.export import error_tail
+from observer_ci.errors import error_tail
 from observer_ci.observer import InputObserver
 from observer_ci.replay import match_feeds
 from observer_ci.results import ProbeResult

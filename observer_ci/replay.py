@@ -15,7 +15,7 @@ import torch
 
 from observer_ci import structure
 from observer_ci.diff import Diff, flatten_outputs, max_diff
-from observer_ci.export import error_tail
+from observer_ci.errors import error_tail
 from observer_ci.results import ObservationResult
 
 if TYPE_CHECKING:

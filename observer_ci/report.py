@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from observer_ci.baseline import Regression, worst_error
+from observer_ci.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
+from observer_ci.constants import MARKER
 from observer_ci.escape import code_block, escape_cell
 from observer_ci.results import (
     STATUS_DISCREPANCY,
@@ -29,10 +30,8 @@ from observer_ci.results import (
     ProbeResult,
     RunResults,
 )
+from observer_ci.rules import Regression, worst_error
 
-# Same value as observer_ci.github.MARKER; defined here to avoid coupling the modules.
-MARKER = "<!-- observer-ci:sticky-comment -->"
-GITHUB_MAX_CHARS = 65536
 TRUNCATION_NOTE = (
     "Report truncated to fit GitHub's 65,536-character limit; "
     "full report in the job summary/artifact."

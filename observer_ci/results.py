@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -115,11 +114,11 @@ class ModelResult:
 
     @property
     def max_abs(self) -> float | None:
-        return _max_or_none(o.abs for o in self.observations)
+        return max_or_none(o.abs for o in self.observations)
 
     @property
     def max_rel(self) -> float | None:
-        return _max_or_none(o.rel for o in self.observations)
+        return max_or_none(o.rel for o in self.observations)
 
     @property
     def median_ort_latency_s(self) -> float | None:
@@ -182,76 +181,7 @@ class RunResults:
         return cls.from_dict(data)
 
 
-_NOISE_PREFIXES = ("(Refer to", "For more", "For extended", "For C++", "If you suspect")
-
-
-def error_headline(text: str | None, limit: int = 200) -> str:
-    """The one line of an error tail that says what broke.
-
-    torch.export errors carry an "Exception summary" section; elsewhere the last
-    meaningful line is the exception message (tracebacks end with it).
-    """
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    if "## Exception summary" in lines:
-        after = lines[lines.index("## Exception summary") + 1 :]
-        if after:
-            return _cut(after[0], limit)
-    for line in reversed(lines):
-        if not line.startswith(_NOISE_PREFIXES):
-            return _cut(line, limit)
-    return _cut(lines[-1], limit) if lines else ""
-
-
-def _cut(line: str, limit: int) -> str:
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def environment_fingerprint() -> dict[str, Any]:
-    """Versions and machine facts that make latencies comparable (or not)."""
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "processor": _cpu_name(),
-        "cpu_count": os.cpu_count(),
-    }
-    for mod in ("torch", "onnx", "onnxruntime", "onnxscript", "transformers", "numpy"):
-        env[mod] = _version_of(mod)
-    try:
-        import torch
-
-        env["torch_threads"] = torch.get_num_threads()
-    except Exception:  # pragma: no cover - torch is a hard dependency
-        env["torch_threads"] = None
-    try:
-        from observer_ci.export import DEFAULT_OPSET
-
-        env["opset"] = DEFAULT_OPSET
-    except Exception:
-        env["opset"] = None
-    return env
-
-
-def _version_of(module: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(module)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _max_or_none(values) -> float | None:
+def max_or_none(values) -> float | None:
     """Largest value; NaN wins (a NaN error must never hide behind a small one)."""
     vals = [v for v in values if v is not None]
     if any(math.isnan(v) for v in vals):

@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 
 from observer_ci import registry
-from observer_ci.export import ANSI_ESCAPE, error_tail, export_observed, traceback_tail
+from observer_ci.environment import environment_fingerprint
+from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
+from observer_ci.export import export_observed
 from observer_ci.probe import run_probe
 from observer_ci.replay import make_session, replay_observation
 from observer_ci.results import (
@@ -30,7 +32,6 @@ from observer_ci.results import (
     ModelResult,
     ObservationResult,
     RunResults,
-    environment_fingerprint,
 )
 
 Progress = Callable[[str], None]

@@ -36,10 +36,10 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from observer_ci.action import FALLBACK_COMMENT_LIMIT
-from observer_ci.baseline import Thresholds, compare, parse_fail_on
 from observer_ci.github import MARKER
 from observer_ci.report import GITHUB_MAX_CHARS, TRUNCATION_NOTE, render_report
 from observer_ci.results import ModelResult, RunResults
+from observer_ci.rules import Thresholds, compare, parse_fail_on
 from tests.support.fake_github import FakeGitHub
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

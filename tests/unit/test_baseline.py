@@ -7,17 +7,7 @@ import dataclasses
 
 import pytest
 
-from observer_ci.baseline import (
-    DEFAULT_FAIL_ON,
-    RULES,
-    Regression,
-    Thresholds,
-    compare,
-    compare_files,
-    merge_results,
-    parse_fail_on,
-    parse_thresholds,
-)
+from observer_ci.merge import merge_results
 from observer_ci.results import (
     ExportResult,
     InputInfo,
@@ -25,6 +15,16 @@ from observer_ci.results import (
     ObservationResult,
     ProbeResult,
     RunResults,
+)
+from observer_ci.rules import (
+    DEFAULT_FAIL_ON,
+    RULES,
+    Regression,
+    Thresholds,
+    compare,
+    compare_files,
+    parse_fail_on,
+    parse_thresholds,
 )
 
 

@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from observer_ci.baseline import DEFAULT_FAIL_ON, Regression, Thresholds, compare
 from observer_ci.escape import ZWJ
 from observer_ci.report import (
     GITHUB_MAX_CHARS,
@@ -25,6 +24,7 @@ from observer_ci.results import (
     ProbeResult,
     RunResults,
 )
+from observer_ci.rules import DEFAULT_FAIL_ON, Regression, Thresholds, compare
 
 EVIL = "x|y<script>@octocat"
 ENV = {

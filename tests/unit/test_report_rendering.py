@@ -4,7 +4,6 @@ from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
 
-from observer_ci.baseline import DEFAULT_FAIL_ON, Thresholds, compare
 from observer_ci.report import render_report
 from observer_ci.results import (
     ExportResult,
@@ -14,6 +13,7 @@ from observer_ci.results import (
     ProbeResult,
     RunResults,
 )
+from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare
 
 HOSTILE = "x|y<script>alert(1)</script> @octocat **bold** [link](http://evil.example)"
 

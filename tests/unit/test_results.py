@@ -4,11 +4,11 @@ import math
 
 import pytest
 
+from observer_ci.errors import error_headline
 from observer_ci.results import (
     ModelResult,
     ObservationResult,
     RunResults,
-    error_headline,
 )
 
 EXPORT_ERROR = """TorchExportError: Failed to export the model with torch.export. This is step 1/3.

@@ -15,8 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
+from observer_ci.errors import error_headline
 from observer_ci.results import (
-    SCHEMA_VERSION,
     STATUS_EXPORT_FAILED,
     STATUS_OBSERVE_FAILED,
     STATUS_ORT_FAILED,
@@ -24,7 +24,7 @@ from observer_ci.results import (
     STATUSES,
     ModelResult,
     RunResults,
-    error_headline,
+    max_or_none,
 )
 
 RULES: tuple[str, ...] = (
@@ -225,11 +225,6 @@ def _reg(
     return Regression(model.name, rule, message, base_value, head_value, fails)
 
 
-def _summary_line(text: str | None, limit: int = 200) -> str:
-    """The line of an error tail that says what broke (see ``error_headline``)."""
-    return error_headline(text, limit)
-
-
 def _status_rank(status: str | None) -> int:
     return STATUSES.index(status) if status in STATUSES else -1
 
@@ -240,7 +235,7 @@ def _failure(
     rule = _FAILURE_RULE.get(head.status)
     if rule is None:
         return None
-    detail = _summary_line(_error_of(head))
+    detail = error_headline(_error_of(head))
     base_status = base.status if base is not None else None
     if base is not None and _status_rank(base_status) >= _status_rank(head.status):
         if base_status == head.status:
@@ -270,13 +265,7 @@ def _error_of(model: ModelResult) -> str | None:
 
 def worst_error(model: ModelResult, metric: str) -> float | None:
     """Largest ``"abs"`` or ``"rel"`` error over observations; NaN wins (unlike ``max``)."""
-    values = [getattr(o, metric) for o in model.observations]
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    if any(math.isnan(v) for v in values):
-        return math.nan
-    return max(values)
+    return max_or_none(getattr(o, metric) for o in model.observations)
 
 
 def _exceeds(value: float | None, limit: float) -> bool:
@@ -406,7 +395,7 @@ def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Re
     if probe is None or not probe.ran or probe.success:
         return None
     state = "failed" if not probe.ok else "exceeded tolerance"
-    detail = _summary_line(probe.error)
+    detail = error_headline(probe.error)
     message = f"unseen-shape probe {state}" + (f": {detail}" if detail else "")
     old = base.probe if base is not None else None
     preexisting = old is not None and old.ran and not old.success
@@ -440,59 +429,3 @@ def compare_files(
     base = RunResults.read(base_path) if base_path is not None else None
     rules = DEFAULT_FAIL_ON if fail_on is None else fail_on
     return compare(head, base, thresholds or Thresholds(), rules)
-
-
-# -- merging matrix jobs ----------------------------------------------------------
-
-
-def merge_results(parts: list[RunResults]) -> RunResults:
-    """Combine matrix job results; names in several parts become ``"name [label]"``."""
-    labels = [part.label or f"part{i + 1}" for i, part in enumerate(parts)]
-    counts: dict[str, int] = {}
-    for part in parts:
-        for name in {m.name for m in part.models}:
-            counts[name] = counts.get(name, 0) + 1
-    models: list[ModelResult] = []
-    taken: set[str] = set()
-    for part, label in zip(parts, labels, strict=True):
-        for model in part.models:
-            name = model.name if counts[model.name] == 1 else f"{model.name} [{label}]"
-            name = _unique(name, taken)
-            taken.add(name)
-            models.append(dataclasses.replace(model, name=name))
-    return RunResults(
-        models=models,
-        environment=_merge_environments(parts, labels),
-        schema_version=SCHEMA_VERSION,
-        label=_merged_label(labels),
-        created_at=max((p.created_at for p in parts), default=""),
-    )
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    if name not in taken:
-        return name
-    n = 2
-    while f"{name} #{n}" in taken:
-        n += 1
-    return f"{name} #{n}"
-
-
-def _merged_label(labels: list[str]) -> str:
-    distinct = list(dict.fromkeys(labels))
-    return distinct[0] if len(distinct) == 1 else "+".join(distinct)
-
-
-def _merge_environments(parts: list[RunResults], labels: list[str]) -> dict:
-    """Keys all parts agree on at top level, each part's own under ``"parts"``."""
-    envs = [{k: v for k, v in p.environment.items() if k != "parts"} for p in parts]
-    common: dict = {}
-    if envs:
-        for key, value in envs[0].items():
-            if all(key in env and env[key] == value for env in envs[1:]):
-                common[key] = value
-    common["parts"] = [
-        {"label": label, "environment": dict(part.environment)}
-        for part, label in zip(parts, labels, strict=True)
-    ]
-    return common
