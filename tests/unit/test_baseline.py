@@ -8,14 +8,7 @@ import dataclasses
 import pytest
 
 from observer_ci.merge import merge_results
-from observer_ci.results import (
-    ExportResult,
-    InputInfo,
-    ModelResult,
-    ObservationResult,
-    ProbeResult,
-    RunResults,
-)
+from observer_ci.results import ExportResult, InputInfo, ProbeResult
 from observer_ci.rules import (
     DEFAULT_FAIL_ON,
     RULES,
@@ -26,37 +19,7 @@ from observer_ci.rules import (
     parse_fail_on,
     parse_thresholds,
 )
-
-
-def obs(i: int = 0, abs_: float | None = 1e-7, rel: float | None = 1e-6, ort: float = 1e-3):
-    return ObservationResult(
-        index=i, ok=True, success=True, abs=abs_, rel=rel, torch_latency_s=2e-3, ort_latency_s=ort
-    )
-
-
-def model(name: str = "m", status: str = "ok", **kw) -> ModelResult:
-    """A healthy model; keyword arguments override fields."""
-    defaults = dict(
-        script="examples/m.py",
-        n_observations=2,
-        inputs=[InputInfo("x", "float32", [[2, 8], [4, 8]], [0])],
-        export=ExportResult(
-            ok=True,
-            seconds=1.0,
-            opset=18,
-            node_count=100,
-            input_names=["x"],
-            input_dims={"x": ["batch", 8]},
-        ),
-        observations=[obs(0), obs(1)],
-        probe=ProbeResult(ran=True, ok=True, success=True, shapes={"x": [5, 8]}),
-    )
-    defaults.update(kw)
-    return ModelResult(name=name, status=status, **defaults)
-
-
-def run(*models: ModelResult, label: str = "head", env: dict | None = None) -> RunResults:
-    return RunResults(models=list(models), environment=env or {}, label=label)
+from tests.support.builders import model, observation, run
 
 
 def check(head_model, base_model, thresholds=None, fail_on=DEFAULT_FAIL_ON) -> list[Regression]:
@@ -193,26 +156,26 @@ def test_failure_rule_not_in_fail_on_only_warns():
 
 @pytest.mark.parametrize(("abs_", "rel"), [(2e-3, 1e-6), (1e-7, 2e-2), (float("nan"), 1e-6)])
 def test_discrepancy_fires_over_absolute_thresholds(abs_, rel):
-    head = model(observations=[obs(0), obs(1, abs_=abs_, rel=rel)])
+    head = model(observations=[observation(0), observation(1, abs_=abs_, rel=rel)])
     reg = only(check(head, None), "discrepancy")
     assert reg.fails_build
 
 
 def test_discrepancy_near_miss():
-    head = model(observations=[obs(0, abs_=9e-4, rel=9e-3)])
+    head = model(observations=[observation(0, abs_=9e-4, rel=9e-3)])
     assert "discrepancy" not in rules_of(check(head, None))
 
 
 def test_discrepancy_already_in_base_is_still_failing():
-    head = model(observations=[obs(0, abs_=3e-3)])
-    base = model(observations=[obs(0, abs_=2e-3)])
+    head = model(observations=[observation(0, abs_=3e-3)])
+    base = model(observations=[observation(0, abs_=2e-3)])
     reg = only(check(head, base), "discrepancy")
     assert not reg.fails_build and "still failing" in reg.message
 
 
 def test_abs_growth_fires_below_abs_max():
-    head = model(observations=[obs(0, abs_=2e-4)])
-    base = model(observations=[obs(0, abs_=1e-5)])
+    head = model(observations=[observation(0, abs_=2e-4)])
+    base = model(observations=[observation(0, abs_=1e-5)])
     regs = check(head, base)
     reg = only(regs, "abs_growth")
     assert reg.fails_build
@@ -221,21 +184,22 @@ def test_abs_growth_fires_below_abs_max():
 
 
 def test_abs_growth_near_miss():
-    regs = check(model(observations=[obs(0, abs_=9e-5)]), model(observations=[obs(0, abs_=1e-5)]))
+    head = model(observations=[observation(0, abs_=9e-5)])
+    regs = check(head, model(observations=[observation(0, abs_=1e-5)]))
     assert "abs_growth" not in rules_of(regs)
 
 
 def test_growth_ignored_when_base_is_below_noise_floor():
-    head = model(observations=[obs(0, abs_=1e-5, rel=1e-5)])
-    base = model(observations=[obs(0, abs_=1e-8, rel=1e-8)])
+    head = model(observations=[observation(0, abs_=1e-5, rel=1e-5)])
+    base = model(observations=[observation(0, abs_=1e-8, rel=1e-8)])
     assert check(head, base) == []
 
 
 def test_rel_growth_fires_and_near_miss():
-    base = model(observations=[obs(0, rel=1e-5)])
-    reg = only(check(model(observations=[obs(0, rel=5e-4)]), base), "rel_growth")
+    base = model(observations=[observation(0, rel=1e-5)])
+    reg = only(check(model(observations=[observation(0, rel=5e-4)]), base), "rel_growth")
     assert reg.fails_build
-    assert "rel_growth" not in rules_of(check(model(observations=[obs(0, rel=9e-5)]), base))
+    assert "rel_growth" not in rules_of(check(model(observations=[observation(0, rel=9e-5)]), base))
 
 
 def test_dynamic_dim_lost_from_observed_inputs():
@@ -264,7 +228,7 @@ def test_dynamic_dim_kept_or_head_not_exported_does_not_fire():
 
 
 def test_latency_ratio_warns_by_default():
-    head = model(observations=[obs(0, ort=2e-3)])
+    head = model(observations=[observation(0, ort=2e-3)])
     reg = only(check(head, model()), "latency_ratio")
     assert not reg.fails_build
     assert (reg.base_value, reg.head_value) == (1e-3, 2e-3)
@@ -272,9 +236,9 @@ def test_latency_ratio_warns_by_default():
 
 
 def test_latency_ratio_near_miss_and_noise():
-    assert check(model(observations=[obs(0, ort=1.4e-3)]), model()) == []
-    fast_head = model(observations=[obs(0, ort=9e-5)])
-    fast_base = model(observations=[obs(0, ort=1e-5)])
+    assert check(model(observations=[observation(0, ort=1.4e-3)]), model()) == []
+    fast_head = model(observations=[observation(0, ort=9e-5)])
+    fast_base = model(observations=[observation(0, ort=1e-5)])
     assert check(fast_head, fast_base) == []
     assert check(model(), None) == []
 
