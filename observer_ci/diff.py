@@ -122,7 +122,9 @@ def _compare_one(k: int, e: np.ndarray, g: np.ndarray, hist: Sequence[float], di
     d = np.abs(e64[mask] - g64[mask])
     d = np.where(np.isfinite(d), d, np.inf)
     if d.size:
-        rel = d / (np.abs(e64[mask]) + REL_EPSILON)
+        with np.errstate(invalid="ignore"):
+            rel = d / (np.abs(e64[mask]) + REL_EPSILON)
+        rel = np.where(np.isnan(rel), np.inf, rel)  # inf / inf: an infinite error stays infinite
         diff.abs = max(diff.abs, float(d.max()))
         diff.rel = max(diff.rel, float(rel.max()))
         diff.sum += float(d.sum())
