@@ -2,9 +2,54 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+import requests
 from hypothesis import settings
+
+from observer_ci.github_client import GitHubClient
+from tests.support.fake_github import DEFAULT_TOKEN, FakeGitHub
 
 # Property tests are reproducible (the same examples on every run, in CI and under mutation
 # testing) and leave no example database in the work tree.
 settings.register_profile("observer-ci", database=None, derandomize=True, deadline=None)
 settings.load_profile("observer-ci")
+
+
+# -- a real local GitHub (tests/support/fake_github.py) and a client that never sleeps --------
+
+
+class RecordingSleep:
+    """A ``sleep`` that records the requested waits instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+@pytest.fixture
+def gh() -> Iterator[FakeGitHub]:
+    """A fake GitHub on a free loopback port, accepting ``DEFAULT_TOKEN``."""
+    with FakeGitHub(token=DEFAULT_TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+@pytest.fixture
+def session() -> Iterator[requests.Session]:
+    with requests.Session() as s:
+        s.trust_env = False  # never route loopback traffic through an environment proxy
+        yield s
+
+
+@pytest.fixture
+def client(gh: FakeGitHub, sleep: RecordingSleep, session: requests.Session) -> GitHubClient:
+    """A client of ``gh`` with the default retry settings."""
+    return GitHubClient(gh.url, DEFAULT_TOKEN, sleep=sleep, session=session, timeout_s=5)

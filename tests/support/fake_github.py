@@ -8,8 +8,9 @@ Emulated, with in-memory state:
 - ``GET   /repos/{owner}/{repo}/issues/comments/{id}``
 
 Every request needs ``Authorization: Bearer <token>`` (else 401). Faults queued
-with :meth:`FakeGitHub.inject` are served before normal handling. The server
-binds to and only answers loopback clients.
+with :meth:`FakeGitHub.inject` (a canned answer) or :meth:`FakeGitHub.inject_disconnect`
+(the connection closed without any answer) are served before normal handling. The
+server binds to and only answers loopback clients.
 
     with FakeGitHub(token="t") as gh:
         gh.inject("GET", r"/comments$", 502, times=2)
@@ -23,6 +24,7 @@ import ipaddress
 import json
 import math
 import re
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -62,6 +64,7 @@ class Reply:
     status: int
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    disconnect: bool = False  # close the connection without sending anything
 
 
 @dataclass
@@ -156,6 +159,21 @@ class FakeGitHub:
         if body is None:
             body = {"message": _reason(status), "documentation_url": DOCS_URL}
         reply = Reply(status, body, dict(headers or {}))
+        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect)
+        with self._lock:
+            self._faults.append(fault)
+
+    def inject_disconnect(
+        self, method: str, path_regex: str, times: int = 1, after_effect: bool = False
+    ) -> None:
+        """Close the connection of the next ``times`` matching requests without answering.
+
+        With ``after_effect`` the request takes effect first (e.g. the comment is created):
+        the client cannot tell whether it did. Matching works as in :meth:`inject`.
+        """
+        if times < 1:
+            raise ValueError("times must be >= 1")
+        reply = Reply(0, disconnect=True)
         fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect)
         with self._lock:
             self._faults.append(fault)
@@ -347,7 +365,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(_error(413, "Payload Too Large"))
             return
         data = self.rfile.read(length) if length else b""
-        self._send(self.server.fake.handle(self.command, self.path, self.headers, data))
+        reply = self.server.fake.handle(self.command, self.path, self.headers, data)
+        if reply.disconnect:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)  # no status line: the answer is lost
+            return
+        self._send(reply)
 
     def _send(self, reply: Reply) -> None:
         payload, content_type = _encode(reply.body)
