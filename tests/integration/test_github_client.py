@@ -141,7 +141,7 @@ def test_sends_github_headers(gh: FakeGitHub, client: GitHubClient) -> None:
     headers = gh.request_headers[-1]
     assert headers["Accept"] == "application/vnd.github+json"
     assert headers["X-GitHub-Api-Version"] == "2022-11-28"
-    assert headers["User-Agent"]
+    assert headers["User-Agent"] == "observer-ci"
     assert headers["Authorization"] == "***"  # present and correct, else 401
 
 
@@ -151,9 +151,9 @@ def test_sends_github_headers(gh: FakeGitHub, client: GitHubClient) -> None:
 def test_502_twice_then_success(
     gh: FakeGitHub, client: GitHubClient, sleep: RecordingSleep
 ) -> None:
-    gh.seed_comments(OWNER, REPO, PR, 1, body_fn=lambda i: MARKER)
+    (seeded,) = gh.seed_comments(OWNER, REPO, PR, 1, body_fn=lambda i: MARKER)
     gh.inject("GET", r"/comments$", 502, times=2)
-    assert find_sticky_comment(client, OWNER, REPO, PR) is not None
+    assert find_sticky_comment(client, OWNER, REPO, PR)["id"] == seeded["id"]
     assert calls(gh, "GET") == 3
     assert sleep.calls == [1.0, 2.0]
     assert gh.pending_faults() == 0

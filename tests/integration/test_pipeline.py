@@ -4,6 +4,7 @@ import textwrap
 from pathlib import Path
 
 import onnx
+import onnxruntime
 import pytest
 import torch
 
@@ -68,7 +69,7 @@ def test_results_round_trip_through_json(examples_run, tmp_path):
     back = RunResults.read(path)
     assert back.to_dict() == examples_run.to_dict()
     assert back.environment["torch"].startswith("2.")
-    assert back.environment["onnxruntime"]
+    assert back.environment["onnxruntime"] == onnxruntime.__version__
 
 
 def test_check_discrepancies_rows_and_wrong_model_rows(tmp_path):
@@ -122,7 +123,7 @@ def test_model_that_cannot_export_is_a_result_not_a_crash(tmp_path):
     assert result.status == STATUS_EXPORT_FAILED
     assert not result.export.ok and result.observations == []
     assert result.error and len(result.error) <= 3001 and "Error" in result.error
-    assert result.export.seconds is not None and not (tmp_path / "onnx" / "branch.onnx").exists()
+    assert result.export.seconds > 0 and not (tmp_path / "onnx" / "branch.onnx").exists()
 
 
 def test_script_that_raises_keeps_models_observed_before(tmp_path):

@@ -1,0 +1,115 @@
+"""Which stored call becomes the export sample, and the batch flag on 0-d tensors.
+
+The sample must have every input (an absent one would be exported as a stand-in), then avoid
+dynamic sizes 0 and 1 (torch.export specialises them), then come first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from observer_ci import InputObserver
+
+DYN = torch.export.Dim.DYNAMIC
+
+
+class Optional2(torch.nn.Module):
+    def forward(self, x, y=None, z=None):
+        out = x.sum()
+        for extra in (y, z):
+            if extra is not None:
+                out = out + extra.sum()
+        return out
+
+
+def observe(model, *calls):
+    obs = InputObserver()
+    with obs(model, store_n_calls=len(calls)):
+        for kwargs in calls:
+            model(**kwargs)
+    return obs
+
+
+def t(*shape):
+    return torch.randn(*shape)
+
+
+def chosen(obs: InputObserver) -> torch.Tensor:
+    """The x the default export sample carries."""
+    return obs.infer_arguments()["x"]
+
+
+def test_a_complete_call_wins_over_an_earlier_incomplete_one():
+    calls = [dict(x=t(3, 4)), dict(x=t(5, 4), y=t(5, 2)), dict(x=t(6, 4), y=t(6, 2))]
+    obs = observe(Optional2(), *calls)
+    assert obs.best_index() == 1
+    assert torch.equal(chosen(obs), calls[1]["x"])
+    assert obs.infer_arguments()["y"].shape == (5, 2)  # observed, not a stand-in
+
+
+def test_a_complete_call_with_size_one_still_wins_over_an_incomplete_one():
+    calls = [dict(x=t(4, 4)), dict(x=t(1, 4), y=t(1, 2)), dict(x=t(7, 4))]
+    obs = observe(Optional2(), *calls)
+    assert obs.best_index() == 1
+
+
+def test_fewer_absent_inputs_rank_first():
+    calls = [
+        dict(x=t(3, 4)),  # y and z absent
+        dict(x=t(4, 4), z=t(4, 1)),  # y absent
+        dict(x=t(5, 4), y=t(5, 2)),  # z absent
+    ]
+    obs = observe(Optional2(), *calls)
+    assert obs.best_index() == 1  # one absent; tie with call 2 broken by position
+
+
+def test_dynamic_sizes_zero_and_one_are_avoided_but_static_ones_are_not_penalised():
+    calls = [
+        dict(x=t(1, 1), y=t(1, 2)),  # dynamic dim 0 is 1
+        dict(x=t(0, 1), y=t(0, 2)),  # dynamic dim 0 is 0
+        dict(x=t(3, 1), y=t(3, 2)),  # dim 1 of x is 1 but static: fine
+    ]
+    obs = observe(Optional2(), *calls)
+    assert obs.dynamic_dims() == [[0], [0]]
+    assert obs.best_index() == 2
+
+
+def test_fewer_small_dynamic_sizes_rank_first():
+    calls = [
+        dict(x=t(1, 1), y=t(1, 2)),  # three dynamic sizes of 1: x dims 0 and 1, y dim 0
+        dict(x=t(2, 1), y=t(2, 3)),  # one: x dim 1
+        dict(x=t(1, 5), y=t(1, 3)),  # two: x dim 0, y dim 0
+    ]
+    obs = observe(Optional2(), *calls)
+    assert obs.dynamic_dims() == [[0, 1], [0, 1]]
+    assert obs.best_index() == 1
+
+
+# -- the batch flag ---------------------------------------------------------------------------
+
+
+class ScaleBy(torch.nn.Module):
+    def forward(self, x, factor):
+        return x * factor
+
+
+def test_batch_flag_skips_0d_tensors():
+    obs = observe(
+        ScaleBy(),
+        dict(x=t(2, 3), factor=torch.tensor(2.0)),
+        dict(x=t(2, 5), factor=torch.tensor(3.0)),
+    )
+    assert obs.dynamic_dims(set_batch_dimension_for=True) == [[0, 1], []]
+    assert obs.infer_dynamic_shapes(set_batch_dimension_for=True) == {
+        "x": {0: DYN, 1: DYN},
+        "factor": {},
+    }
+    assert obs.infer_dynamic_shapes(set_batch_dimension_for={"factor"}) == {
+        "x": {1: DYN},
+        "factor": {},
+    }
+
+
+def test_batch_flag_does_not_repeat_an_already_dynamic_dim_0():
+    obs = observe(ScaleBy(), dict(x=t(2, 3), factor=t(2, 1)), dict(x=t(4, 3), factor=t(4, 1)))
+    assert obs.dynamic_dims(set_batch_dimension_for=True) == [[0], [0]]
