@@ -13,7 +13,11 @@ from tests.support.fake_github import DEFAULT_TOKEN, FakeGitHub
 
 # Property tests are reproducible (the same examples on every run, in CI and under mutation
 # testing) and leave no example database in the work tree.
-settings.register_profile("observer-ci", database=None, derandomize=True, deadline=None)
+settings.register_profile(
+    "observer-ci", database=None, derandomize=True, deadline=None, max_examples=50
+)
+# tools/mutation.py reruns the tests once per mutant: fewer examples keep that affordable.
+settings.register_profile("mutation", settings.get_profile("observer-ci"), max_examples=12)
 settings.load_profile("observer-ci")
 
 

@@ -136,7 +136,8 @@ def _copy_project(dest: Path, module: Module) -> None:
         'source_paths = ["observer_ci"]\n'
         f"only_mutate = [{json.dumps(module.source)}]\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]\n'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q", '
+        '"--hypothesis-profile=mutation"]\n'
         'process_isolation = "forkserver"\n'
         "use_git_change_detection = false\n"
         "timeout_multiplier = 5.0\n"
@@ -174,9 +175,7 @@ def _score(name: str, workdir: Path, module: Module, seconds: float) -> Score:
         codes = json.loads(meta.read_text(encoding="utf-8")).get("exit_code_by_key", {})
     selected = {k: v for k, v in codes.items() if any(fnmatch(k, g) for g in module.mutants)}
     killed = sum(1 for v in selected.values() if v in _KILLED)
-    survived = sorted(
-        k for k, v in selected.items() if v not in _KILLED and v not in _NOT_CHECKED
-    )
+    survived = sorted(k for k, v in selected.items() if v not in _KILLED and v not in _NOT_CHECKED)
     not_checked = sum(1 for v in selected.values() if v in _NOT_CHECKED)
     return Score(name, killed, survived, not_checked, len(selected), seconds)
 
@@ -185,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help=f"some of: {', '.join(MODULES)}")
     parser.add_argument(
-        "--budget", type=float, default=float(os.environ.get("MUTATION_BUDGET_S", 600)),
+        "--budget",
+        type=float,
+        default=float(os.environ.get("MUTATION_BUDGET_S", 600)),
         help="seconds per module before the run is stopped and sampled (default 600)",
     )
     parser.add_argument("--children", type=int, default=int(os.environ.get("MUTATION_JOBS", 2)))
