@@ -237,3 +237,203 @@ def test_thresholds_reject_negative(key, value):
 def test_thresholds_skip_comments_and_blank_items():
     parsed = parse_thresholds("# tuned for CI\nabs_max=0.5,,\n  \nrel_max=0")
     assert (parsed.abs_max, parsed.rel_max) == (0.5, 0.0)
+
+
+# -- what a reader of the report relies on: messages and values ----------------------------------
+
+BOOM = "Traceback (most recent call last):\nRuntimeError: boom"
+
+
+def failed(status: str, error: str | None = BOOM, **fields):
+    return model(status=status, error=error, observations=[], **fields)
+
+
+def test_failure_messages_name_the_change_against_base():
+    (reg,) = regressions(failed("export_failed"), model())
+    assert reg.message == "export_failed, was ok in base: RuntimeError: boom"
+    (reg,) = regressions(failed("export_failed"), failed("export_failed"))
+    assert reg.message == f"{STILL_FAILING} (export_failed): RuntimeError: boom"
+    assert (reg.base_value, reg.head_value, reg.fails_build) == (
+        "export_failed",
+        "export_failed",
+        False,
+    )
+    (reg,) = regressions(failed("ort_failed"), failed("script_failed"))
+    assert (
+        reg.message == f"{STILL_FAILING}: ort_failed, was script_failed in base: RuntimeError: boom"
+    )
+
+
+def test_failure_without_any_error_text_is_named_by_its_status():
+    (reg,) = regressions(failed("export_failed", error=None))
+    assert reg.message == "export_failed"
+    (reg,) = regressions(failed("export_failed", error=None), failed("export_failed", error=None))
+    assert reg.message == f"{STILL_FAILING} (export_failed)"
+
+
+def test_failure_detail_comes_from_export_then_observations():
+    from_export = failed(
+        "export_failed", error=None, export=export(ok=False, error="ValueError: e")
+    )
+    assert regressions(from_export)[0].message == "ValueError: e"
+    from_call = model(
+        status="ort_failed",
+        export=None,
+        observations=[observation(0), observation(1, ok=False, error="InvalidArgument: x")],
+    )
+    (reg,) = of_rule(regressions(from_call), "ort_failed")
+    assert reg.message == "InvalidArgument: x"
+
+
+def test_a_new_model_failing_is_marked_new_only_when_there_is_a_base_run():
+    head = run(failed("script_failed"))
+    (reg,) = compare(head, run(model("other"), label="base"), Thresholds(), DEFAULT_FAIL_ON)[:1]
+    assert reg.message == "script_failed (new model): RuntimeError: boom" and reg.fails_build
+    (reg,) = compare(head, None, Thresholds(), DEFAULT_FAIL_ON)
+    assert reg.message == "RuntimeError: boom"
+
+
+def test_a_base_status_this_version_does_not_know_is_not_still_failing():
+    (reg,) = regressions(failed("export_failed"), model(status="some_future_status"))
+    assert reg.fails_build and reg.base_value == "some_future_status"
+
+
+def test_growth_message_shows_the_ratio_and_both_values():
+    th = Thresholds(abs_growth=4.0)
+    (reg,) = of_rule(regressions(errors((8e-6, 1e-6)), errors((1e-6, 1e-6)), th), "abs_growth")
+    assert reg.message == "max abs error grew ×8 (> ×4): 1e-06 → 8e-06"
+
+
+def test_node_count_message_and_small_bases():
+    (reg,) = regressions(nodes(151), nodes(100), Thresholds(node_growth_max=1.5))
+    assert reg.message == "ONNX node count ×1.51 (> ×1.5): 100 → 151"
+    (reg,) = regressions(nodes(2), nodes(1))
+    assert (reg.base_value, reg.head_value) == (1, 2)
+
+
+def test_rules_skip_quietly_what_a_base_run_does_not_have():
+    no_export = model(export=None)
+    no_count = model(export=export(node_count=None))
+    no_calls = model(observations=[], probe=None)
+    no_latency = model(observations=[observation(0, ort=None)])
+    for base in (no_export, no_count, no_calls, no_latency):
+        assert regressions(errors((2e-4, 1e-6)), base) == []
+
+
+def test_probe_messages_and_states():
+    crashed = ProbeResult(ran=True, ok=False, error="Traceback\nRuntimeError: guard")
+    exceeded = ProbeResult(ran=True, ok=True, success=False, abs=1.0)
+    (reg,) = regressions(model(probe=crashed))
+    assert (reg.message, reg.head_value) == (
+        "unseen-shape probe failed: RuntimeError: guard",
+        "failed",
+    )
+    (reg,) = regressions(model(probe=exceeded), model(probe=crashed))
+    assert reg.message == f"{STILL_FAILING}: unseen-shape probe exceeded tolerance"
+    assert (reg.base_value, reg.head_value, reg.fails_build) == (
+        "failed",
+        "exceeded tolerance",
+        False,
+    )
+    (reg,) = regressions(model(probe=crashed), model(probe=exceeded))
+    assert reg.base_value == "exceeded tolerance"
+
+
+def test_missing_model_message():
+    regs = compare(run(model("a")), run(model("a"), model("b")), Thresholds(), DEFAULT_FAIL_ON)
+    assert [(r.model, r.message) for r in regs] == [
+        ("b", "model present in base is missing from head")
+    ]
+
+
+def test_one_model_lists_its_regressions_in_rule_order_not_message_order():
+    head = model(
+        observations=[observation(0, 4e-3, 1e-6, ort=0.5), observation(1, 4e-3, 1e-6, ort=0.5)],
+        export=export(node_count=200, input_dims={"x": [4, 8]}),
+        probe=ProbeResult(ran=True, ok=True, success=False, abs=1.0),
+    )
+    base = model(export=export(node_count=100), observations=[observation(0, 1e-5)])
+    rules = [r.rule for r in regressions(head, base)]
+    assert rules == [
+        "discrepancy",
+        "abs_growth",
+        "dynamic_dim_lost",
+        "latency_ratio",
+        "node_count_growth",
+        "probe_failed",
+    ]
+
+
+# -- dynamic dims lost ---------------------------------------------------------------------------
+
+
+def shaped(observed_dims, shapes, export_dims=None, **fields):
+    from observer_ci.results import InputInfo
+
+    inputs = [
+        InputInfo(name, "float32", shapes[name], dims) for name, dims in observed_dims.items()
+    ]
+    return model(inputs=inputs, export=export(input_dims=export_dims or {}, **fields))
+
+
+def test_dim_lost_only_in_the_observed_inputs_is_labelled_dynamic():
+    base = shaped({"x": [0]}, {"x": [[2, 8], [4, 8]]}, {"x": ["batch", 8]})
+    head = shaped({"x": []}, {"x": [[3, 8], [3, 8]]}, {"x": ["batch", 8]})
+    (reg,) = regressions(head, base)
+    assert (reg.base_value, reg.head_value) == ("dynamic", 3)
+    assert (
+        reg.message
+        == "input 'x' dim 0 was dynamic in base (dynamic) but is static in head (3; observed)"
+    )
+
+
+def test_every_lost_dim_is_reported_past_kept_ones_and_absent_inputs():
+    base = shaped(
+        {"gone": [0], "x": [0, 1]},
+        {"gone": [[2], [3]], "x": [[2, 5], [4, 6]]},
+        {"gone": ["g", 8], "x": ["batch", "seq"]},
+    )
+    head = shaped({"x": [0]}, {"x": [[2, 5], [4, 5], None]}, {"x": ["batch", 5]})
+    (reg,) = regressions(head, base)
+    assert (reg.base_value, reg.head_value) == ("seq", 5)
+    assert reg.message.endswith("(5; observed, export)")
+
+
+def test_a_dim_the_head_does_not_have_is_not_lost():
+    base = shaped({"x": [0, 2]}, {"x": [[2, 8, 3], [4, 8, 5]]}, {"x": ["batch", 8, "seq"]})
+    head = shaped({"x": [0]}, {"x": [[2, 8], [4, 8]]}, {"x": ["batch", 8]})
+    assert regressions(head, base) == []
+
+
+def test_varying_sizes_not_marked_dynamic_are_reported_as_static():
+    base = shaped({"x": [0]}, {"x": [[2, 8], [4, 8]]}, {"x": ["batch", 8]})
+    head = shaped({"x": []}, {"x": [[2, 8], [4, 8]]}, {"x": ["batch", 8]})
+    (reg,) = regressions(head, base)
+    assert reg.head_value == "static"
+
+
+def test_a_failed_head_export_loses_no_exported_dim():
+    base = shaped({"x": [0]}, {"x": [[2, 8], [4, 8]]}, {"x": ["batch", 8]})
+    head = shaped({"x": [0]}, {"x": [[2, 8], [4, 8]]}, {"x": [4, 8]}, ok=False, error="e")
+    assert of_rule(regressions(head, base), "dynamic_dim_lost") == []
+    unexported_base = shaped({"x": [0]}, {"x": [[2, 8], [4, 8]]}, {"x": ["batch", 8]})
+    unexported_base.export = None
+    assert (
+        regressions(shaped({"x": [0]}, {"x": [[2, 8], [4, 8]]}, {"x": [4, 8]}), unexported_base)
+        == []
+    )
+
+
+# -- parsing messages ----------------------------------------------------------------------------
+
+
+def test_parsing_errors_list_every_valid_choice():
+    with pytest.raises(ValueError) as info:
+        parse_fail_on("latency")
+    assert str(info.value).endswith("valid: " + ", ".join(("all", "none", "default", *RULES)))
+    for text in ("abs_maxx=1", "abs_max"):
+        with pytest.raises(ValueError) as info:
+            parse_thresholds(text)
+        assert str(info.value).endswith("valid keys: " + ", ".join(threshold_keys()))
+    with pytest.raises(ValueError, match="'abs_max': '1=2' is not a number"):
+        parse_thresholds("abs_max=1=2")
