@@ -165,3 +165,106 @@ def test_session_is_the_one_given(gh, sleep):
         client = GitHubClient(gh.url, DEFAULT_TOKEN, sleep=sleep, session=session)
         client.get_json(LIST_PATH)
     assert gh.request_headers[-1]["X-Probe"] == "kept"
+
+
+# -- what a failure says ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {
+                "message": "Validation Failed",
+                "errors": [{"resource": "IssueComment", "field": "body", "code": "missing_field"}],
+            },
+            "Validation Failed: IssueComment body missing_field",
+        ),
+        (
+            {"message": "Validation Failed", "errors": ["bad", {"message": "worse"}]},
+            "Validation Failed: bad; worse",
+        ),
+        ({"errors": []}, "Not Found"),  # no message: the HTTP reason
+        (["not", "a", "dict"], "['not', 'a', 'dict']"),
+        ("plain text " * 100, ("plain text " * 100)[:500].strip()),
+        ("", "Not Found"),
+    ],
+)
+def test_error_messages_carry_what_github_said(gh, client, body, message):
+    gh.inject("GET", LIST_PATH, 404, body=body)
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH)
+    error = info.value
+    assert error.message == message and error.args == (message,)
+    assert (error.status, error.method, error.url) == (404, "GET", gh.url + LIST_PATH)
+    assert error.ambiguous is False
+
+
+def test_an_empty_success_body_is_none(gh, client):
+    gh.inject("GET", LIST_PATH, 200, body="")
+    assert client.get_json(LIST_PATH) is None
+
+
+def test_a_non_list_page_is_a_clear_error(gh, client):
+    gh.inject("GET", LIST_PATH, 200, body={"message": "not a list"})
+    with pytest.raises(GitHubError) as info:
+        list(client.paginate(LIST_PATH))
+    assert info.value.message == "expected a JSON list from a paginated endpoint"
+    assert (info.value.status, info.value.method) == (200, "GET")
+    assert info.value.url.startswith(gh.url + LIST_PATH)
+
+
+def test_get_json_sends_the_query(gh, client):
+    client.get_json(LIST_PATH, params={"page": "2"})
+    assert gh.requests[-1].query == {"page": "2"}
+
+
+def test_a_refused_origin_is_named_without_its_query(gh, client):
+    link = '<https://evil.example/steal?page=2?x=1>; rel="next"'
+    gh.inject("GET", LIST_PATH, 200, headers={"Link": link}, body=[])
+    with pytest.raises(GitHubError) as info:
+        list(client.paginate(LIST_PATH))
+    assert info.value.url == "https://evil.example/steal"
+
+
+def test_retries_are_logged_with_method_url_cause_and_count(gh, client, caplog):
+    caplog.set_level("WARNING", logger="observer_ci.github_client")
+    gh.inject("GET", LIST_PATH, 502)
+    gh.inject_disconnect("GET", LIST_PATH)
+    client.get_json(LIST_PATH)
+    url = gh.url + LIST_PATH
+    assert [r.getMessage() for r in caplog.records] == [
+        f"GitHub GET {url} failed (502), retry 1/4 in 1.0s",
+        f"GitHub GET {url} failed (connection error), retry 2/4 in 2.0s",
+    ]
+
+
+# -- the sticky comment: custom marker, odd answers, odd names ----------------------------------
+
+
+def test_a_custom_marker_is_used_to_find_and_to_mark(gh, client):
+    marker = "<!-- other-bot -->"
+    gh.seed_comments(OWNER, REPO, PR, 1, body_fn=lambda i: f"{MARKER}\ndefault report")
+    first = upsert_sticky_comment(client, OWNER, REPO, PR, "custom v1", marker=marker)
+    second = upsert_sticky_comment(client, OWNER, REPO, PR, "custom v2", marker=marker)
+    assert first.action == "created" and (second.action, second.comment_id) == (
+        "updated",
+        first.comment_id,
+    )
+    bodies = [c["body"] for c in gh.comments(OWNER, REPO, PR)]
+    assert bodies == [f"{MARKER}\ndefault report", f"{marker}\ncustom v2"]
+
+
+def test_an_answer_without_id_is_an_error_and_a_missing_url_is_empty(gh, client):
+    gh.inject("POST", LIST_PATH, 201, body={"html_url": "https://x"})
+    with pytest.raises(GitHubError, match="unexpected response when the comment was created"):
+        upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    gh.inject("POST", LIST_PATH, 201, body={"id": 7})
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    assert (result.comment_id, result.html_url) == (7, "")
+
+
+def test_owner_and_repo_are_quoted_as_one_path_segment(gh, client):
+    result = upsert_sticky_comment(client, "octo", "a/b", PR, "report")
+    assert result.action == "created"
+    assert gh.requests[-1].path == f"/repos/octo/a%2Fb/issues/{PR}/comments"

@@ -187,3 +187,17 @@ def test_error_and_client_never_show_token() -> None:
         "https://x/y",
     )
     assert str(GitHubError("boom")) == "no response: boom"
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [
+        ({"Retry-After": "0"}, 0.0),
+        ({"Retry-After": "soon"}, 0.0),  # unreadable: retry at once
+        ({"Retry-After": "Thu, 01 Jan 1970 00:00:10 GMT"}, 0.0),  # a date in the past
+        ({"X-RateLimit-Remaining": "0"}, 0.0),  # no reset time given
+        ({"X-RateLimit-Remaining": " 0 ", "X-RateLimit-Reset": "130"}, 30.0),
+    ],
+)
+def test_rate_limit_delay_edges(headers, wait):
+    assert rate_limit_delay(headers, now=100.0) == wait
