@@ -186,3 +186,11 @@ def test_as_row_lists_every_measure_as_float_and_joins_errors():
     }
     assert all(type(v) is float for k, v in row.items() if k != "error")
     assert "error" not in max_diff([np.ones(1)], [np.ones(1)]).as_row()
+
+
+def test_as_row_joins_several_errors_with_semicolons():
+    row = max_diff([np.ones(2), np.ones(3)], [np.ones(3), np.ones(2)]).as_row()
+    assert row["error"] == (
+        "output 0: shape differs: expected (2,), got (3,); "
+        "output 1: shape differs: expected (3,), got (2,)"
+    )
