@@ -22,11 +22,14 @@ class Optional2(torch.nn.Module):
         return out
 
 
-def observe(model, *calls):
+def observe(model, *calls, positional: bool = False):
     obs = InputObserver()
     with obs(model, store_n_calls=len(calls)):
-        for kwargs in calls:
-            model(**kwargs)
+        for call in calls:
+            if positional:
+                model(*call)
+            else:
+                model(**call)
     return obs
 
 
@@ -113,3 +116,42 @@ def test_batch_flag_skips_0d_tensors():
 def test_batch_flag_does_not_repeat_an_already_dynamic_dim_0():
     obs = observe(ScaleBy(), dict(x=t(2, 3), factor=t(2, 1)), dict(x=t(4, 3), factor=t(4, 1)))
     assert obs.dynamic_dims(set_batch_dimension_for=True) == [[0], [0]]
+
+
+# -- what the runner reads from the observer -------------------------------------------------------
+
+
+def test_input_summaries_list_dtype_shapes_and_dynamic_dims_per_input():
+    calls = [dict(x=t(3, 4)), dict(x=t(5, 4), y=t(5, 2).double())]
+    obs = observe(Optional2(), *calls)
+    x, y = obs.input_summaries()
+    assert (x.name, x.dtype, x.shapes, x.dynamic_dims) == (
+        "x",
+        "torch.float32",
+        [[3, 4], [5, 4]],
+        [0],
+    )
+    assert (y.name, y.dtype, y.shapes, y.dynamic_dims) == ("y", "torch.float64", [None, [5, 2]], [])
+    flagged = obs.input_summaries(set_batch_dimension_for={"y"})
+    assert [s.dynamic_dims for s in flagged] == [[0], [0]]
+
+
+def test_aligned_inputs_keep_absent_ones_as_none():
+    calls = [dict(x=t(3, 4)), dict(x=t(5, 4), y=t(5, 2))]
+    obs = observe(Optional2(), *calls)
+    first, second = obs.aligned_inputs(0), obs.aligned_inputs(1)
+    assert torch.equal(first[0], calls[0]["x"]) and first[1] is None
+    assert torch.equal(second[1], calls[1]["y"])
+    assert obs.leaf_names() == ["x", "y"]
+
+
+def test_call_arguments_rebuild_a_call_from_flat_tensors_as_copies():
+    obs = observe(ScaleBy(), dict(x=t(2, 3), factor=t(2, 1)), dict(x=t(4, 3), factor=t(4, 1)))
+    flat = [torch.ones(6, 3), torch.full((6, 1), 2.0)]
+    args, kwargs = obs.call_arguments(flat)
+    assert args == () and list(kwargs) == ["x", "factor"]
+    assert torch.equal(kwargs["x"], flat[0]) and kwargs["x"] is not flat[0]
+    assert torch.equal(ScaleBy()(*args, **kwargs), torch.full((6, 3), 2.0))
+    positional = observe(ScaleBy(), (t(2, 3), t(2, 1)), (t(4, 3), t(4, 1)), positional=True)
+    args, kwargs = positional.call_arguments(flat)
+    assert kwargs == {} and len(args) == 2 and torch.equal(args[1], flat[1])
