@@ -268,3 +268,18 @@ def test_owner_and_repo_are_quoted_as_one_path_segment(gh, client):
     result = upsert_sticky_comment(client, "octo", "a/b", PR, "report")
     assert result.action == "created"
     assert gh.requests[-1].path == f"/repos/octo/a%2Fb/issues/{PR}/comments"
+
+
+@pytest.mark.parametrize("body", ["", {"errors": []}])
+def test_an_error_without_message_or_reason_is_empty_not_invented(gh, client, body):
+    gh.inject("GET", LIST_PATH, 499, body=body)  # no standard reason phrase
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH)
+    assert info.value.message == "" and info.value.status == 499
+
+
+def test_a_long_non_dict_error_body_is_cut_at_500_characters(gh, client):
+    gh.inject("GET", LIST_PATH, 404, body=list(range(300)))
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH)
+    assert info.value.message == str(list(range(300)))[:500]
