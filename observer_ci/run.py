@@ -19,6 +19,7 @@ from observer_ci import registry
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
+from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
 from observer_ci.replay import make_session, replay_observation
 from observer_ci.results import (
@@ -49,17 +50,13 @@ class RunConfig:
     probe: bool = True
 
 
-def stderr_progress(message: str) -> None:
-    print(f"[observer-ci] {message}", file=sys.stderr, flush=True)
-
-
 def run_scripts(
     scripts: Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     *,
     config: RunConfig | None = None,
     label: str = "head",
-    progress: Progress = stderr_progress,
+    progress: Progress = progress_line,
 ) -> RunResults:
     """Runs every script and checks every model it observed. Never raises for bad input."""
     config = config or RunConfig()
@@ -75,7 +72,7 @@ def run_scripts(
 
 
 def run_script(
-    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = stderr_progress
+    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = progress_line
 ) -> list[ModelResult]:
     """Executes one observation script, then processes what it registered."""
     progress(f"running {script}")
@@ -183,7 +180,7 @@ def process_model(
     out_dir: Path,
     *,
     config: RunConfig,
-    progress: Progress = stderr_progress,
+    progress: Progress = progress_line,
 ) -> ModelResult:
     """Infer, export, replay in onnxruntime, probe unseen shapes: one ModelResult."""
     obs = entry.observer
