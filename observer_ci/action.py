@@ -21,7 +21,7 @@ from observer_ci.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.workspace import load_baseline, run_install, run_scripts_subprocess
 
 EXIT_USAGE = 2
-# Outputs renamed in 0.2 (old name -> new name), still written until the next release.
+# Outputs renamed (old name -> new name): still written, until the next release.
 DEPRECATED_OUTPUTS = {"comment": "comment_status"}
 
 
@@ -69,7 +69,10 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         thresholds=settings.thresholds,
         fail_on=settings.fail_on,
     )
-    outputs["payload_path"] = str(write_payload(settings.payload_path, payload, head, base))
+    try:
+        outputs["payload_path"] = str(write_payload(settings.payload_path, payload, head, base))
+    except OSError as e:  # the report is written already; only a later publish job misses it
+        workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
     outputs.update(post_report(settings, render))
     write_outputs(settings, outputs)
     return 1 if any(r.fails_build for r in regressions) else 0

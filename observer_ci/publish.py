@@ -94,7 +94,9 @@ def publish(settings: Settings) -> int:
 
 def combine(parts: list[Part], comment_key: str, run_id: str) -> Combined:
     """One run from the parts (merged when there are several); they must agree on the
-    pull request, commit, run, gate, and the comment key unless ``comment_key`` is given."""
+    pull request, commit, run, gate, and the comment key unless ``comment_key`` is given.
+    The sticky comment is the one run mode would post to: the key, else a single part's
+    label; merged legs share one comment (the default, or the key)."""
     first = parts[0]
     for part in parts[1:]:
         for name in ("pr_number", "head_sha", "run_id", "thresholds", "fail_on"):
@@ -108,13 +110,15 @@ def combine(parts: list[Part], comment_key: str, run_id: str) -> Combined:
     if not comment_key and len(keys) > 1:
         raise ArtifactError(f"payloads disagree on comment_key ({', '.join(keys)}): set one")
     head, base = _merged(parts)
+    if not comment_key:  # as run mode: the key, else a single leg's label (merged: no label)
+        comment_key = keys[0] or (first.payload.label if len(parts) == 1 else "")
     return Combined(
         head=head,
         base=base,
         pr_number=first.payload.pr_number,
         head_sha=first.payload.head_sha,
         run_id=first.payload.run_id,
-        comment_key=comment_key or keys[0],
+        comment_key=comment_key,
         thresholds=first.payload.thresholds,
         fail_on=first.payload.fail_on,
     )

@@ -31,7 +31,7 @@ MODE_PUBLISH = "publish"  # post the payload(s) of earlier jobs (workflow_run, a
 MODES = (MODE_RUN, MODE_PUBLISH)
 # A comment key or label goes into an HTML comment and file names: a plain word only.
 KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# Inputs renamed in 0.2 (old name -> new name); the old names work until the next release.
+# Inputs renamed (old name -> new name): the old names work until the next release.
 DEPRECATED_INPUTS = {"comment": "post_comment"}
 
 

@@ -212,6 +212,7 @@ def fork_payload(tmp_path_factory, gh) -> Path:
         "INPUT_OUT": str(tmp / "out"),
         "INPUT_POST_COMMENT": "false",
         "INPUT_REPEAT": "1",
+        "INPUT_LABEL": "fork-leg",
     }
     proc = subprocess.run(
         [sys.executable, str(ENTRYPOINT)], cwd=tmp, env=env, capture_output=True, text=True
@@ -221,6 +222,8 @@ def fork_payload(tmp_path_factory, gh) -> Path:
     assert outputs["comment_status"] == "disabled" == outputs["comment"]
     payload_dir = Path(outputs["payload_path"])
     assert payload_dir == tmp / "out" / "payload"
+    report = (tmp / "out" / "report.md").read_text(encoding="utf-8")
+    assert "observer-ci (fork-leg)" in report.splitlines()[1]
     # a forged report.md next to the payload must never reach the comment
     (payload_dir / "report.md").write_text(f"{MARKER}\nFORGED all green", encoding="utf-8")
     return payload_dir
@@ -241,7 +244,8 @@ def test_fork_payload_is_published_once_the_api_confirms_the_pull_request(
     assert f"/repos/{OWNER}/{REPO}/actions/runs/901" in paths
     assert f"/repos/{OWNER}/{REPO}/pulls/21" in paths
     (body,) = [c["body"] for c in gh.comments(OWNER, REPO, 21)]
-    assert body.startswith(MARKER + "\n")
+    assert body.startswith(marker_for("fork-leg") + "\n")  # the leg's own sticky comment
+    assert "observer-ci (fork-leg)" in body.splitlines()[1]
     assert "FORGED" not in body  # re-rendered from results.json
     assert "script&#95;failed" in body or "script_failed" in body
     assert "&lt;img src=x onerror=alert(1)&gt;" in body and "<img" not in body
