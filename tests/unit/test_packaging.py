@@ -5,6 +5,7 @@ constraints and the workflows."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -91,6 +92,9 @@ def test_the_composite_works_on_linux_macos_and_windows_runners():
     assert runs["using"] == "composite"
     scripts = [s for s in runs["steps"] if "run" in s]
     assert scripts and all(s["shell"] == "bash" for s in scripts)  # bash on all three
+    for step in scripts:
+        syntax = subprocess.run(["bash", "-n", "-c", step["run"]], capture_output=True, text=True)
+        assert syntax.returncode == 0, syntax.stderr
     text = "\n".join(s["run"] for s in scripts)
     for linux_only in ("apt-get", "sudo", "docker", "/usr/", "python3 "):
         assert linux_only not in text
@@ -252,13 +256,39 @@ def image_install(tmp_path_factory) -> dict:
     help_text = subprocess.run(
         [str(python), "-m", "observer_ci", "--help"], capture_output=True, text=True, cwd=venv
     ).stdout
-    return {"report": json.loads(report.read_text()), "python": python, "help": help_text}
+    return {"report": json.loads(report.read_text()), "venv": venv, "help": help_text}
 
 
 def test_the_image_install_step_installs_only_observer_ci_over_the_pinned_set(image_install):
     installed = [i["metadata"]["name"] for i in image_install["report"]["install"]]
     assert installed == ["observer-ci"]
     assert "{run,compare,merge,action" in image_install["help"]
+
+
+def test_the_composite_install_step_keeps_the_installed_torch(image_install, tmp_path):
+    """The composite's install script itself (bash), in the same environment, offline."""
+    steps = composite()["runs"]["steps"]
+    (install,) = [s for s in steps if "pip install" in s.get("run", "")]
+    venv = image_install["venv"]
+    bin_dir = venv / ("Scripts" if sys.platform == "win32" else "bin")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PIP_")},
+        "PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]]),
+        "RUNNER_TEMP": str(tmp_path),
+        "RUNNER_OS": "Linux",
+        "OBSERVER_CI_ROOT": str(ROOT),
+        "OBSERVER_CI_MODE": "run",
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",  # pip reads "0" as: no build isolation
+    }
+    proc = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", install["run"]], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    constraints = (tmp_path / "observer-ci-constraints.txt").read_text().split()
+    assert constraints == [f"torch=={metadata.version('torch')}"]  # the rest is installed
+    assert "Successfully installed observer-ci" in proc.stdout
+    assert "torch" not in proc.stdout.split("Successfully installed", 1)[1]
 
 
 def test_every_package_of_the_image_is_pinned_at_the_version_installed(image_install):
