@@ -184,7 +184,12 @@ def _post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
         posted = _upsert_fitting(settings, settings.pr_number, render)
     except GitHubError as e:
         kind = "forbidden" if e.status == 403 else "failed"
-        hint = " (a pull request from a fork gets a read-only token)" if e.status == 403 else ""
+        hint = (
+            " (a pull request from a fork gets a read-only token: post from a workflow_run"
+            " job with mode: publish, see the README's two-step example)"
+            if e.status == 403
+            else ""
+        )
         command(
             "warning",
             f"could not post the PR comment{hint}: {e}; "

@@ -29,7 +29,7 @@ MAX_TIMEOUT_MINUTES = 7200.0
 MODE_RUN = "run"  # run the scripts, write results and the payload, post when allowed
 MODE_PUBLISH = "publish"  # post the payload(s) of earlier jobs (workflow_run, after a matrix)
 MODES = (MODE_RUN, MODE_PUBLISH)
-# A comment key or label goes into an HTML comment and file names: a plain word only.
+# A comment key or label goes into the sticky marker (an HTML comment): a plain word only.
 KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Inputs renamed (old name -> new name): the old names work until the next release.
 DEPRECATED_INPUTS = {"comment": "post_comment"}
