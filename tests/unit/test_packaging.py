@@ -118,7 +118,7 @@ def test_publish_mode_needs_no_torch():
     declared = {normalise(Requirement(r).name) for r in _project()["dependencies"]}
     assert wanted <= declared and not wanted & {"torch", "onnx", "onnxruntime", "onnxscript"}
     code = "import sys, observer_ci.publish, observer_ci.artifact\n" + (
-        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'transformers') "
+        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'transformers', 'pandas') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
