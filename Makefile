@@ -35,3 +35,4 @@ mutation: install-mutation
 bench: install
 	$(PYTHON) benchmarks/bench_observer.py
 	$(PYTHON) benchmarks/bench_pipeline.py
+	$(PYTHON) benchmarks/image_size.py

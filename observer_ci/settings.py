@@ -1,10 +1,21 @@
-"""Action settings, read once from the environment (``INPUT_*`` and ``GITHUB_*``)."""
+"""Action settings, read and parsed once from the environment (``INPUT_*`` and ``GITHUB_*``).
+
+Everything downstream gets typed values: thresholds, ``fail_on``, the pull request number
+and the base/head commits are parsed here, once; the event file is read here, once.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, parse_fail_on, parse_thresholds
 
 
 class SettingsError(ValueError):
@@ -13,6 +24,15 @@ class SettingsError(ValueError):
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
+# Longest run a self-hosted runner allows (5 days); beyond it a timeout means "never".
+MAX_TIMEOUT_MINUTES = 7200.0
+MODE_RUN = "run"  # run the scripts, write results and the payload, post when allowed
+MODE_PUBLISH = "publish"  # post the payload(s) of earlier jobs (workflow_run, after a matrix)
+MODES = (MODE_RUN, MODE_PUBLISH)
+# A comment key or label goes into the sticky marker (an HTML comment): a plain word only.
+KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Inputs renamed (old name -> new name): the old names work until the next release.
+DEPRECATED_INPUTS = {"comment": "post_comment"}
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -27,15 +47,80 @@ def _bool(name: str, value: str | None, default: bool) -> bool:
 
 
 @dataclass(frozen=True)
+class EventFacts:
+    """What the workflow event says about the pull request (all optional)."""
+
+    pr_number: int | None = None
+    base_sha: str | None = None
+    head_sha: str | None = None
+    warning: str | None = None  # why the event could not be read, when it could not
+    workflow_run_id: str | None = None  # the run a ``workflow_run`` event follows
+
+
+def read_event(event_path: str | None) -> EventFacts:
+    """Reads ``GITHUB_EVENT_PATH`` once; an unreadable file is a warning, never an error."""
+    if not event_path:
+        return EventFacts()
+    path = Path(event_path)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return EventFacts(warning=f"the event file {event_path} does not exist")
+    except (OSError, ValueError) as e:
+        return EventFacts(warning=f"the event file {event_path} is unreadable: {e}")
+    return event_facts(payload)
+
+
+def event_facts(payload: Any) -> EventFacts:
+    """PR number (``pull_request.number``, or ``issue.number`` of a PR's issue comment)
+    and base/head SHAs from a decoded event payload."""
+    if not isinstance(payload, dict):
+        return EventFacts(warning="the event payload is not a JSON object")
+    pull_request = payload.get("pull_request")
+    if isinstance(pull_request, dict):
+        return EventFacts(
+            pr_number=_positive_int(pull_request.get("number")),
+            base_sha=_sha(pull_request.get("base")),
+            head_sha=_sha(pull_request.get("head")),
+        )
+    workflow_run = payload.get("workflow_run")
+    if isinstance(workflow_run, dict):
+        run_id = _positive_int(workflow_run.get("id"))
+        return EventFacts(workflow_run_id=str(run_id) if run_id else None)
+    issue = payload.get("issue")
+    if isinstance(issue, dict) and issue.get("pull_request"):
+        return EventFacts(pr_number=_positive_int(issue.get("number")))
+    return EventFacts()
+
+
+def _sha(ref: Any) -> str | None:
+    sha = ref.get("sha") if isinstance(ref, dict) else None
+    return str(sha) if isinstance(sha, str) and sha else None
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+@dataclass(frozen=True)
 class Settings:
     """What the action does; every field has a matching ``action.yml`` input or GitHub variable."""
 
     scripts: list[str]
     install: str = ""
     baseline: str = ""  # "", a results.json path, or "base" to run the base commit
-    thresholds: str = ""
-    fail_on: str = "default"
-    comment: bool = True
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    fail_on: frozenset[str] = DEFAULT_FAIL_ON
+    post_comment: bool = True
+    mode: str = MODE_RUN
+    label: str = ""  # the matrix leg, shown in the report title and the merged report
+    comment_key: str = ""  # separate sticky comments per workflow / subproject
+    payload_dir: str = ""  # "" is <out_dir>/payload
+    deprecations: tuple[str, ...] = ()
     token: str = field(default="", repr=False)
     out_dir: str = "observer-ci-out"
     dry_run: bool = False
@@ -44,58 +129,61 @@ class Settings:
     github_api_url: str = "https://api.github.com"
     github_server_url: str = "https://github.com"
     repository: str = ""
-    event_path: str = ""
     run_id: str = ""
     base_ref: str = ""
+    head_sha: str = ""
     workspace: str = "."
     step_summary: str = ""
     output_path: str = ""
+    event: EventFacts = field(default_factory=EventFacts)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, dry_run: bool = False) -> Settings:
         def get(name: str, default: str = "") -> str:
             return env.get(name, default) or default
 
+        mode = get("INPUT_MODE", MODE_RUN).strip().lower() or MODE_RUN
+        if mode not in MODES:
+            raise SettingsError(f"input 'mode' must be one of {', '.join(MODES)}, got {mode!r}")
         scripts = [s for s in shlex.split(get("INPUT_SCRIPT")) if s]
-        if not scripts:
+        if not scripts and mode == MODE_RUN:
             raise SettingsError(
                 "input 'script' is required: one or more observation scripts (globs allowed)"
             )
-        repeat_text = get("INPUT_REPEAT", "10")
+        post_comment, deprecations = _post_comment(env)
         try:
-            repeat = int(repeat_text)
+            thresholds = parse_thresholds(get("INPUT_THRESHOLDS"))
+            fail_on = frozenset(parse_fail_on(get("INPUT_FAIL_ON", "default")))
         except ValueError as e:
-            raise SettingsError(f"input 'repeat' must be an integer, got {repeat_text!r}") from e
-        timeout_text = get("INPUT_TIMEOUT_MINUTES", "60")
-        try:
-            timeout_minutes = float(timeout_text)
-        except ValueError as e:
-            raise SettingsError(
-                f"input 'timeout_minutes' must be a number, got {timeout_text!r}"
-            ) from e
-        if not timeout_minutes > 0:
-            raise SettingsError("input 'timeout_minutes' must be positive")
+            raise SettingsError(str(e)) from e
+        event = read_event(get("GITHUB_EVENT_PATH"))
         return cls(
             scripts=scripts,
-            timeout_minutes=timeout_minutes,
+            timeout_minutes=_timeout_minutes(get("INPUT_TIMEOUT_MINUTES", "60")),
             install=get("INPUT_INSTALL").strip(),
             baseline=get("INPUT_BASELINE").strip(),
-            thresholds=get("INPUT_THRESHOLDS"),
-            fail_on=get("INPUT_FAIL_ON", "default"),
-            comment=_bool("comment", env.get("INPUT_COMMENT"), True),
+            thresholds=thresholds,
+            fail_on=fail_on,
+            post_comment=post_comment,
+            mode=mode,
+            label=_key("label", get("INPUT_LABEL")),
+            comment_key=_key("comment_key", get("INPUT_COMMENT_KEY")),
+            payload_dir=get("INPUT_PAYLOAD_DIR").strip(),
+            deprecations=deprecations,
             token=get("INPUT_TOKEN") or get("GITHUB_TOKEN"),
             out_dir=get("INPUT_OUT", "observer-ci-out"),
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
-            repeat=max(1, repeat),
+            repeat=_repeat(get("INPUT_REPEAT", "10")),
             github_api_url=get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
             github_server_url=get("GITHUB_SERVER_URL", "https://github.com").rstrip("/"),
             repository=get("GITHUB_REPOSITORY"),
-            event_path=get("GITHUB_EVENT_PATH"),
             run_id=get("GITHUB_RUN_ID"),
             base_ref=get("GITHUB_BASE_REF"),
+            head_sha=event.head_sha or get("GITHUB_SHA"),
             workspace=get("GITHUB_WORKSPACE", "."),
             step_summary=get("GITHUB_STEP_SUMMARY"),
             output_path=get("GITHUB_OUTPUT"),
+            event=event,
         )
 
     @property
@@ -103,3 +191,79 @@ class Settings:
         if self.repository and self.run_id:
             return f"{self.github_server_url}/{self.repository}/actions/runs/{self.run_id}"
         return None
+
+    @property
+    def pr_number(self) -> int | None:
+        return self.event.pr_number
+
+    @property
+    def base_commit(self) -> str | None:
+        """The base commit to run with ``baseline: base``: the event's SHA, else the branch."""
+        if self.event.base_sha:
+            return self.event.base_sha
+        return f"origin/{self.base_ref}" if self.base_ref else None
+
+    @property
+    def timeout_seconds(self) -> float:
+        return self.timeout_minutes * 60
+
+    @property
+    def payload_path(self) -> Path:
+        """Where run mode writes the payload and publish mode reads it."""
+        return Path(self.payload_dir or Path(self.out_dir) / "payload")
+
+    @property
+    def comment(self) -> bool:
+        """Deprecated name of :attr:`post_comment` (kept for one release)."""
+        return self.post_comment
+
+    @property
+    def sticky_key(self) -> str:
+        """The sticky comment this job owns: ``comment_key``, else the leg's ``label``."""
+        return self.comment_key or self.label
+
+
+def _post_comment(env: Mapping[str, str]) -> tuple[bool, tuple[str, ...]]:
+    """``post_comment``, or the deprecated ``comment`` when a workflow still sets it."""
+    old = (env.get("INPUT_COMMENT") or "").strip()
+    if old:
+        message = deprecation_message("comment")
+        return _bool("comment", old, True), (message,)
+    return _bool("post_comment", env.get("INPUT_POST_COMMENT"), True), ()
+
+
+def deprecation_message(old: str) -> str:
+    """The one warning text for a renamed input or output."""
+    return (
+        f"input '{old}' is deprecated and will be removed in the next release: "
+        f"use '{DEPRECATED_INPUTS[old]}'"
+    )
+
+
+def _key(name: str, text: str) -> str:
+    text = text.strip()
+    if text and not KEY_RE.match(text):
+        raise SettingsError(
+            f"input {name!r} must be 1-64 letters, digits, '.', '_' or '-', got {text!r}"
+        )
+    return text
+
+
+def _repeat(text: str) -> int:
+    try:
+        return max(1, int(text))
+    except ValueError as e:
+        raise SettingsError(f"input 'repeat' must be an integer, got {text!r}") from e
+
+
+def _timeout_minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as e:
+        raise SettingsError(f"input 'timeout_minutes' must be a number, got {text!r}") from e
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_MINUTES:
+        raise SettingsError(
+            f"input 'timeout_minutes' must be a number of minutes in (0, "
+            f"{MAX_TIMEOUT_MINUTES:g}], got {text!r}"
+        )
+    return value
