@@ -265,9 +265,9 @@ def test_an_answer_without_id_is_an_error_and_a_missing_url_is_empty(gh, client)
 
 
 def test_owner_and_repo_are_quoted_as_one_path_segment(gh, client):
-    result = upsert_sticky_comment(client, "octo", "a/b", PR, "report")
+    result = upsert_sticky_comment(client, "o/x", "a/b", PR, "report")
     assert result.action == "created"
-    assert gh.requests[-1].path == f"/repos/octo/a%2Fb/issues/{PR}/comments"
+    assert gh.requests[-1].path == f"/repos/o%2Fx/a%2Fb/issues/{PR}/comments"
 
 
 @pytest.mark.parametrize("body", ["", {"errors": []}])
