@@ -437,3 +437,12 @@ def test_parsing_errors_list_every_valid_choice():
         assert str(info.value).endswith("valid keys: " + ", ".join(threshold_keys()))
     with pytest.raises(ValueError, match="'abs_max': '1=2' is not a number"):
         parse_thresholds("abs_max=1=2")
+
+
+def test_compare_files_reads_the_base_too(tmp_path):
+    from observer_ci.rules import compare_files
+
+    head = run(failed("export_failed")).write(tmp_path / "head.json")
+    base = run(failed("export_failed"), label="base").write(tmp_path / "base.json")
+    (reg,) = compare_files(base, head)
+    assert reg.message.startswith(STILL_FAILING) and not reg.fails_build
