@@ -36,6 +36,7 @@ def _write_event(tmp_path: Path, payload: object) -> Path:
         ({"pull_request": {"number": "12"}}, 12),
         ({"pull_request": {"number": True}}, None),
         ({"pull_request": {"number": 0}}, None),
+        ({"pull_request": {"number": 1}}, 1),
         ({"pull_request": {}}, None),
         ([1, 2, 3], None),
     ],

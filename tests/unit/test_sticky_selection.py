@@ -101,8 +101,3 @@ def test_an_unreadable_id_only_loses_ties():
     assert pick({**comment(0), "id": "n/a"}, comment(1)) == 1
     assert pick({**comment(0), "id": None}, comment(1)) == 1
 
-
-def test_pull_request_number_one_is_a_pull_request():
-    from observer_ci.github import pr_number_from_payload
-
-    assert pr_number_from_payload({"pull_request": {"number": 1}}) == 1
