@@ -45,7 +45,7 @@ def _unique(labels: list[str]) -> list[str]:
 
 
 def _number(value: float) -> str:
-    return f"{value:.1f}"
+    return f"{value:.2g}" if value < 10 else f"{value:.0f}"
 
 
 def latency_chart(head: RunResults, base: RunResults | None = None) -> str:
@@ -61,6 +61,8 @@ def latency_chart(head: RunResults, base: RunResults | None = None) -> str:
         return ""
     if len(points) > MAX_CHART_MODELS:
         return ""
+    if max(max(h or 0.0, b or 0.0) for _, h, b in points) < 1.0:
+        return ""  # every bar would be invisible next to torch's 100%
     labels = _unique([chart_label(name) for name, _, _ in points])
     heads = [h for _, h, _ in points if h is not None]
     bases = [b for _, _, b in compared if b is not None]
