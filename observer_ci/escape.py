@@ -31,7 +31,7 @@ DEFAULT_BLOCK_CHARS = 4000
 # where it would escape the next character.
 _ENTITY_AMP = r"&(?=#?[A-Za-z0-9]+;)"
 _EMPHASIS_UNDERSCORE = r"(?<![^\W_])_|_(?![^\W_])"
-_ESCAPING_BACKSLASH = r"\\(?=[!-/:-@\[-`{-~]|$)"
+_ESCAPING_BACKSLASH = r"\\(?=[!-/:-@\[-`{-~\n]|$)"  # before "\n": a hard break
 _INLINE_RE = re.compile(
     "|".join([_ENTITY_AMP, _EMPHASIS_UNDERSCORE, _ESCAPING_BACKSLASH, r"[<|*`\[~]"])
 )
