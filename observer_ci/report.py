@@ -15,7 +15,7 @@ resort hard-cut; the sticky-comment marker always stays on the first line.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ __all__ = [
     "MARKER",
     "TRUNCATION_NOTE",
     "fit_report",
+    "report_levels",
     "format_bytes",
     "format_float",
     "format_seconds",
@@ -630,18 +631,53 @@ def _hard_cut(text: str, max_chars: int) -> str:
     return result
 
 
-def fit_report(renderer: _Renderer, max_chars: int | None) -> tuple[str, int | None]:
-    """The most detailed level that fits ``max_chars``: ``(text, level)``; level None
-    means even the minimal level did not fit and the text was hard-cut."""
-    text = renderer.render(LEVEL_FULL)
-    if max_chars is None or len(text) <= max_chars:
-        return text, LEVEL_FULL
+def _level_texts(renderer: _Renderer) -> Iterator[tuple[int, str]]:
+    """Each level's text as it would be posted (with the note when detail was dropped)."""
+    yield LEVEL_FULL, renderer.render(LEVEL_FULL)
     note = f"\n{TRUNCATION_NOTE}\n"
     for level in LEVELS[1:]:
-        text = renderer.render(level) + note
-        if len(text) <= max_chars:
+        yield level, renderer.render(level) + note
+
+
+def report_levels(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    **options: Any,
+) -> list[str]:
+    """The text of every detail level, most detailed first (what fitting chooses from)."""
+    return [text for _, text in _level_texts(_renderer(head, regressions, base, **options))]
+
+
+def fit_report(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    *,
+    max_chars: int | None = GITHUB_MAX_CHARS,
+    **options: Any,
+) -> tuple[str, int | None]:
+    """The most detailed level that fits ``max_chars``: ``(text, level)``; level None
+    means even the minimal level did not fit and the text was hard-cut."""
+    if max_chars is not None and max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    renderer = _renderer(head, regressions, base, **options)
+    for level, text in _level_texts(renderer):
+        if max_chars is None or len(text) <= max_chars:
             return text, level
     return _hard_cut(renderer.render(LEVEL_MINIMAL), max_chars), None
+
+
+def _renderer(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None,
+    *,
+    title: str = "observer-ci",
+    run_url: str | None = None,
+    thresholds: Thresholds | None = None,
+) -> _Renderer:
+    return _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
 
 
 def render_report(
@@ -662,22 +698,8 @@ def render_report(
     ``max_chars``. ``thresholds`` are the ones the regressions were computed with
     (stated in the legend).
     """
-    return _fit(head, regressions, base, max_chars, title, run_url, thresholds)[0]
-
-
-def _fit(
-    head: RunResults,
-    regressions: list[Regression],
-    base: RunResults | None,
-    max_chars: int | None,
-    title: str = "observer-ci",
-    run_url: str | None = None,
-    thresholds: Thresholds | None = None,
-) -> tuple[str, int | None]:
-    if max_chars is not None and max_chars <= 0:
-        raise ValueError(f"max_chars must be positive, got {max_chars}")
-    renderer = _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
-    return fit_report(renderer, max_chars)
+    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
 
 def write_report_files(
