@@ -297,8 +297,7 @@ class _Renderer:
         th = self.thresholds
         env = _environment_line(self.head.environment)
         lines = [
-            "<details><summary>How to read this report: columns, thresholds, "
-            "environment</summary>",
+            "<details><summary>How to read this report: columns, thresholds, environment</summary>",
             "",
             "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node "
             "count; `(×1.2)` is the change against base.",
@@ -354,9 +353,7 @@ class _Renderer:
         if level < LEVEL_NO_INPUTS and model.inputs:
             blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
         if level < LEVEL_NO_CALLS and model.observations:
-            blocks.append(
-                self.cached(("calls", index), lambda: _calls_table(model.observations))
-            )
+            blocks.append(self.cached(("calls", index), lambda: _calls_table(model.observations)))
             if level < LEVEL_NO_IO:
                 blocks.append(self.cached(("io", index), lambda: _io_list(model.observations)))
         if model.dynamic_shapes:

@@ -18,7 +18,7 @@ from observer_ci.escape import (
     neutralise_mentions,
     truncate,
 )
-from observer_ci.report_format import Markup, markdown_table
+from observer_ci.report_format import markdown_table
 from tests.support.markdown import MENTION_RE, parse
 
 EVIL = "x|y<script>@octocat"
@@ -29,8 +29,30 @@ untrusted = st.one_of(
     st.text(alphabet=st.sampled_from(list(_SPECIAL)), max_size=40),
     st.lists(
         st.sampled_from(
-            ["**b**", "_e_", "__init__", "`c`", "[l](http://e.x)", "<b>", "&lt;", "&#60;", "@me",
-             "~~s~~", "\\", "\\|", "|", "\n", "\n\n", "    ", "# ", "- ", "1. ", "> ", "::", "/"]
+            [
+                "**b**",
+                "_e_",
+                "__init__",
+                "`c`",
+                "[l](http://e.x)",
+                "<b>",
+                "&lt;",
+                "&#60;",
+                "@me",
+                "~~s~~",
+                "\\",
+                "\\|",
+                "|",
+                "\n",
+                "\n\n",
+                "    ",
+                "# ",
+                "- ",
+                "1. ",
+                "> ",
+                "::",
+                "/",
+            ]
         ),
         max_size=8,
     ).map("".join),

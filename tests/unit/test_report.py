@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -296,3 +298,15 @@ def test_format_seconds(value, expected):
 )
 def test_format_bytes(value, expected):
     assert format_bytes(value) == expected
+
+
+def test_rendering_imports_neither_torch_nor_pandas():
+    code = (
+        "import sys\n"
+        "from observer_ci.report import render_report\n"
+        "from observer_ci.results import RunResults, ModelResult\n"
+        "render_report(RunResults(models=[ModelResult('m', 's', 'ok')]), [])\n"
+        "print(sorted(m for m in ('torch', 'pandas', 'tabulate', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

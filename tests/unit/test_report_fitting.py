@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +27,7 @@ def _model(i: int, status: str, error_lines: int) -> ModelResult:
         script=f"examples/m{i}.py",
         status=status,
         error=None if status == "ok" else error,
-        inputs=[InputInfo(f"input_{k}", "float32", [[2, k + 1], [3, k + 1]], [0]) for k in range(3)],
+        inputs=[InputInfo(f"in_{k}", "float32", [[2, k + 1], [3, k + 1]], [0]) for k in range(3)],
         dynamic_shapes="{'x': {0: Dim('batch')}}" * (1 + i % 5),
         export=ExportResult(
             ok=exported,
@@ -57,7 +57,7 @@ def _model(i: int, status: str, error_lines: int) -> ModelResult:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _case(n_models: int, error_lines: int) -> tuple[RunResults, list]:
     statuses = ("ok", "export_failed", "discrepancy", "script_failed")
     models = [_model(i, statuses[i % 4], error_lines) for i in range(n_models)]
@@ -68,7 +68,7 @@ def _case(n_models: int, error_lines: int) -> tuple[RunResults, list]:
 cases = st.tuples(st.integers(1, 12), st.sampled_from([0, 30, 400]))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _levels(n_models: int, error_lines: int) -> list[str]:
     return report_levels(*_case(n_models, error_lines))
 

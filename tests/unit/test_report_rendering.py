@@ -160,7 +160,7 @@ def test_chart_is_valid_mermaid_with_hostile_names():
 
 
 def test_chart_compares_base_and_head_and_appears_in_the_report():
-    head, base = hostile_results(), hostile_results()
+    base = hostile_results()
     base.models[0].observations = [obs(0, ort=1e-3)]
     markdown, _ = render(base)
     block = re.search(r"```mermaid\n.*?\n```", markdown, re.DOTALL)

@@ -119,7 +119,8 @@ def test_latency_without_recorded_runs_uses_medians_only():
     head, base = model(calls=[call(0)]), model(calls=[call(0)])
     head.observations[0].ort_latency_s = 2 * MS
     (reg,) = [
-        r for r in compare(run(head), run(base), Thresholds(), DEFAULT_FAIL_ON)
+        r
+        for r in compare(run(head), run(base), Thresholds(), DEFAULT_FAIL_ON)
         if r.rule == "latency_ratio"
     ]
     assert "noise" not in reg.message
