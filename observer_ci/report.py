@@ -47,7 +47,7 @@ from observer_ci.results import (
     RunResults,
     quantile,
 )
-from observer_ci.rules import Regression, Thresholds, worst_error
+from observer_ci.rules import RULES_BY_NAME, Regression, Thresholds, worst_error
 
 __all__ = [
     "GITHUB_MAX_CHARS",
@@ -122,7 +122,8 @@ def _status_emoji(status: str) -> str:
 def _value(rule: str, value: float | str | None) -> str:
     if isinstance(value, str) or value is None:
         return NONE if value is None else value
-    if rule == "latency_ratio":
+    definition = RULES_BY_NAME.get(rule)
+    if definition is not None and definition.unit == "seconds":
         return format_seconds(value)
     return format_float(value)
 
