@@ -42,11 +42,15 @@ def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
     )
     if install_error:
         head.models.insert(0, install_error)
+    head.commit = head.commit or settings.head_sha
+    if base is not None and settings.baseline == "base":
+        base.commit = base.commit or settings.base_commit or ""
     head.environment.setdefault("notes", []).extend(notes)
     regressions = compare(head, base, settings.thresholds, settings.fail_on)
     failed = any(r.fails_build for r in regressions)
 
-    full = write_report_files(out, head, regressions, base, run_url=settings.run_url)
+    report_options = {"run_url": settings.run_url, "thresholds": settings.thresholds}
+    full = write_report_files(out, head, regressions, base, **report_options)
     logger.info("wrote %s and %s", out / "results.json", out / "report.md")
     workflow.write_summary(settings.step_summary, full)
     workflow.annotate(regressions)
@@ -60,7 +64,7 @@ def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
     }
 
     def render(max_chars: int) -> str:
-        return render_report(head, regressions, base, max_chars=max_chars, run_url=settings.run_url)
+        return render_report(head, regressions, base, max_chars=max_chars, **report_options)
 
     outputs.update(post_report(settings, render))
     workflow.write_outputs(settings.output_path, outputs)
