@@ -313,6 +313,9 @@ def baseline_for_a_long_report(head: RunResults) -> RunResults:
     size0 = report_chars(head, padded_baseline(head, 0))
     per_model = report_chars(head, padded_baseline(head, 1)) - size0
     n = max(0, round((target - size0) / per_model))
+    size = report_chars(head, padded_baseline(head, n))
+    if n:  # one secant step: the first retired model costs more than the average one
+        n = max(0, round(n * (target - size0) / (size - size0)))
     base = padded_baseline(head, n)
     size = report_chars(head, base)
     assert abs(size - target) < 1000, (size, target, n)
