@@ -345,7 +345,7 @@ class _Renderer:
 
     def model_details(self, index: int, model: ModelResult, level: int) -> str:
         parts = [model.name, model.status] + ([model.script] if model.script else [])
-        summary = " · ".join(escape_html(truncate(p, 200)) for p in parts)
+        summary = " · ".join(escape_html(truncate(" ".join(p.split()), 200)) for p in parts)
         blocks = [f"<details><summary>{_status_emoji(model.status)} {summary}</summary>"]
         if model.notes:
             blocks.append("\n".join(f"- ⚠️ {_inline(n, 400)}" for n in model.notes))

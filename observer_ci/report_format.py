@@ -86,8 +86,8 @@ def plural(n: int, word: str) -> str:
 def markdown_table(
     header: Sequence[str], rows: Sequence[Sequence[object]], *, max_cell: int = 300
 ) -> str:
-    """A GitHub pipe table; cells are escaped (capped at ``max_cell`` raw characters)
-    unless they are :class:`Markup`. Every row must have the header's length."""
+    """A GitHub pipe table; cells are escaped onto one line (capped at ``max_cell`` raw
+    characters) unless they are :class:`Markup`. Every row must have the header's length."""
     lines = [_row([_cell(h, None) for h in header]), "|" + "---|" * len(header)]
     for row in rows:
         if len(row) != len(header):
@@ -99,7 +99,7 @@ def markdown_table(
 def _cell(value: object, max_chars: int | None) -> str:
     if isinstance(value, Markup):
         return str(value)
-    return escape_cell(value, max_chars)
+    return escape_cell(value, max_chars, newline=" ")
 
 
 def _row(cells: list[str]) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from observer_ci.report import render_report
 from observer_ci.report_chart import MAX_CHART_MODELS, latency_chart
 from observer_ci.results import (
@@ -180,3 +183,53 @@ def test_chart_is_omitted_when_it_says_nothing_or_does_not_fit():
     assert MAX_CHART_MODELS == 12 and latency_chart(many) == ""
     many.models = many.models[:12]
     assert_valid_xychart(latency_chart(many))
+
+
+# -- any untrusted string, anywhere --------------------------------------------------------
+
+
+def results_naming_everything(text: str) -> RunResults:
+    """Every untrusted field of a failing and a passing model holds ``text``."""
+    failing = ModelResult(
+        name="x" + text,
+        script="s" + text,
+        status="ort_failed",
+        error="E" + text,
+        notes=["n" + text],
+        inputs=[InputInfo("i" + text, "d" + text, [[2, 3]], [0])],
+        dynamic_shapes="D" + text,
+        export=ExportResult(ok=True, input_names=["i" + text], input_dims={"i" + text: ["b"]}),
+        observations=[
+            obs(0, inputs="I" + text, outputs="O" + text),
+            ObservationResult(index=1, ok=False, error="C" + text),
+        ],
+        probe=ProbeResult(ran=True, ok=False, error="P" + text, shapes={"i" + text: [5]}),
+    )
+    passing = ModelResult(
+        name="y" + text, script="t" + text, status="ok", observations=[obs(0, ort=2e-3)]
+    )
+    return RunResults(
+        models=[failing, passing], environment={"torch": "v" + text, "notes": ["w" + text]}
+    )
+
+
+def structure(results: RunResults) -> tuple[list[str], list[list[int]], str]:
+    regressions = compare(results, None, Thresholds(), set(DEFAULT_FAIL_ON))
+    parsed = parse(render_report(results, regressions))
+    return parsed.tags, parsed.tables, parsed.all_text
+
+
+BENIGN = structure(results_naming_everything("benign"))
+
+
+@settings(deadline=None, max_examples=30)
+@given(
+    st.text(max_size=60)
+    | st.text(alphabet=st.sampled_from(list("|<>&*_`[]!~\\#-@/:\n ")), max_size=60)
+)
+def test_no_untrusted_string_changes_the_report_structure(text):
+    tags, tables, all_text = structure(results_naming_everything(text))
+    benign_tags, benign_tables, _ = BENIGN
+    assert tags == benign_tags  # no element added, removed or moved
+    assert tables == benign_tables  # no column or row added
+    assert not MENTION_RE.search(all_text)
