@@ -4,6 +4,8 @@ Absolute gates (``abs_max``, ``rel_max``) apply to head alone, so they work
 without a baseline; growth, latency and node-count rules need one. A problem
 already present in base is still reported, but never fails the build
 ("still failing"), so a broken main branch does not block every pull request.
+Symptoms of one defect (a failure, a discrepancy, error growth, a failed probe)
+count once; a latency change counts only beyond the noise of the timed runs.
 """
 
 from __future__ import annotations
@@ -48,7 +50,12 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("rel_growth", "error", True, "worst rel error grew by more than rel_growth vs base"),
     Rule("dynamic_dim_lost", "dim", True, "a dim dynamic in base is static in head"),
     # Latency and node count only warn by default: shared CI machines are noisy.
-    Rule("latency_ratio", "seconds", False, "ORT median latency over latency_ratio_max x base"),
+    Rule(
+        "latency_ratio",
+        "seconds",
+        False,
+        "ORT median latency over latency_ratio_max x base, beyond the measured noise",
+    ),
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
