@@ -707,6 +707,7 @@ def write_report_files(
     *,
     run_url: str | None = None,
     write_results: bool = True,
+    title: str = "observer-ci",
     thresholds: Thresholds | None = None,
 ) -> str:
     """Writes ``results.json`` first (and ``base-results.json``), then the full
@@ -716,8 +717,7 @@ def write_report_files(
         head.write(out / "results.json")
         if base is not None:
             base.write(out / "base-results.json")
-    report = render_report(
-        head, regressions, base, max_chars=None, run_url=run_url, thresholds=thresholds
-    )
+    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    report = render_report(head, regressions, base, max_chars=None, **options)
     (out / "report.md").write_text(report, encoding="utf-8")
     return report
