@@ -57,6 +57,9 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
     )
     if install_error:
         head.models.insert(0, install_error)
+    head.commit = head.commit or settings.head_sha
+    if base is not None and settings.baseline == "base":
+        base.commit = base.commit or settings.base_commit or ""
     head.environment.setdefault("notes", []).extend(notes)
     regressions = compare(head, base, settings.thresholds, settings.fail_on)
     outputs, render = write_and_summarise(settings, head, base, regressions, settings.label)
@@ -89,7 +92,8 @@ def write_and_summarise(
     anything is posted); returns the gate outputs and the comment renderer."""
     out = Path(settings.out_dir)
     title = f"observer-ci ({label})" if label else "observer-ci"
-    full = write_report_files(out, head, regressions, base, run_url=settings.run_url, title=title)
+    options = {"run_url": settings.run_url, "title": title, "thresholds": settings.thresholds}
+    full = write_report_files(out, head, regressions, base, **options)
     logger.info("wrote %s and %s", out / "results.json", out / "report.md")
     workflow.write_summary(settings.step_summary, full)
     workflow.annotate(regressions)
@@ -102,9 +106,7 @@ def write_and_summarise(
     }
 
     def render(max_chars: int) -> str:
-        return render_report(
-            head, regressions, base, max_chars=max_chars, title=title, run_url=settings.run_url
-        )
+        return render_report(head, regressions, base, max_chars=max_chars, **options)
 
     return outputs, render
 

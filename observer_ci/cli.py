@@ -27,10 +27,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--label", default="head", help="label stored in results.json")
     run.add_argument("--baseline", help="results.json of the base to compare with")
     _add_gate_options(run)
-    run.add_argument("--atol", type=float, default=1e-4)
-    run.add_argument("--rtol", type=float, default=0.1)
+    run.add_argument(
+        "--atol",
+        type=float,
+        help="absolute tolerance: a call succeeds within it, and the discrepancy rule "
+        "trips beyond it (same as --thresholds abs_max=...; default 1e-3)",
+    )
+    run.add_argument(
+        "--rtol",
+        type=float,
+        help="relative tolerance |torch - ort| / (|torch| + 1e-3), for SUCCESS and the "
+        "discrepancy rule (same as --thresholds rel_max=...; default 1e-2)",
+    )
     run.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
-    run.add_argument("--repeat", type=int, default=10, help="timed runs (median reported)")
+    run.add_argument(
+        "--repeat", type=int, default=10, help="timed runs per call (median and spread reported)"
+    )
+    run.add_argument(
+        "--verbose", action="store_true", help="show third-party warnings (torch, exporter)"
+    )
     run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
     run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
@@ -98,15 +113,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.run import RunConfig, run_scripts
 
     thresholds, fail_on = _gate(args)
+    if args.atol is not None:
+        thresholds = _with(thresholds, abs_max=args.atol)
+    if args.rtol is not None:
+        thresholds = _with(thresholds, rel_max=args.rtol)
     base = _read(args.baseline) if args.baseline else None
     config = RunConfig(
-        atol=args.atol,
-        rtol=args.rtol,
+        atol=thresholds.abs_max,
+        rtol=thresholds.rel_max,
         warmup=args.warmup,
         repeat=args.repeat,
         probe=not args.no_probe,
     )
-    head = run_scripts(expand_scripts(args.scripts), args.out, config=config, label=args.label)
+    head = run_scripts(
+        expand_scripts(args.scripts),
+        args.out,
+        config=config,
+        label=args.label,
+        verbose=args.verbose,
+    )
     code = publish(head, base, Path(args.out), thresholds, fail_on)
     return EXIT_OK if args.no_gate else code
 
@@ -146,7 +171,9 @@ def publish(
     from observer_ci.rules import compare
 
     regressions = compare(head, base, thresholds, fail_on)
-    write_report_files(out, head, regressions, base, write_results=write_results)
+    write_report_files(
+        out, head, regressions, base, write_results=write_results, thresholds=thresholds
+    )
     for m in head.models:
         print(f"{m.status:>15}  {m.name}")
     print_regressions(regressions)
@@ -167,6 +194,15 @@ def _gate(args: argparse.Namespace):
         return parse_thresholds(args.thresholds), parse_fail_on(args.fail_on)
     except ValueError as e:
         raise UsageError(str(e)) from e
+
+
+def _with(thresholds, **values: float):
+    import dataclasses
+
+    for key, value in values.items():
+        if not value >= 0:
+            raise UsageError(f"--{'atol' if key == 'abs_max' else 'rtol'} must be >= 0")
+    return dataclasses.replace(thresholds, **values)
 
 
 def _read(path: str) -> RunResults:

@@ -1,10 +1,21 @@
 """Make untrusted text (tensor names, exception messages, script output) safe in Markdown.
 
 Everything a model, a script or an exception can put into a pull-request comment
-goes through this module first: HTML is escaped so nothing can be injected,
-``@`` mentions are neutralised so nobody gets pinged, and the Markdown
-characters that change structure (tables, emphasis, links, code, headings) are
-replaced by HTML entities, which render as the original character.
+goes through this module first. Only what can do harm is escaped, so the raw
+``report.md`` stays readable (``input_ids`` stays ``input_ids``):
+
+- HTML: ``<`` becomes ``&lt;`` (no tag, comment or autolink can start), and an
+  ``&`` that would start a character reference becomes ``&amp;``;
+- tables: ``|`` becomes ``\\|`` and newlines leave the cell;
+- Markdown structure: the characters that open emphasis, code spans, links or
+  strikethrough get a backslash (``_`` only where it could open emphasis, never
+  inside ``snake_case``), and so does a backslash that would escape our escape;
+- mentions: a zero-width joiner after every ``@`` (renders the same, pings nobody);
+- commands: a line that would start a bot command (``/``) or a workflow command
+  (``::``) starts with a zero-width joiner.
+
+Text placed inside raw HTML (``<summary>``, ``<pre>``) is not parsed as Markdown,
+so it only needs :func:`escape_html`.
 """
 
 from __future__ import annotations
@@ -15,28 +26,22 @@ ZWJ = "\u200d"  # zero-width joiner: "@\u200duser" renders as "@user" but is no 
 TRUNCATED_NOTE = "…truncated"
 DEFAULT_BLOCK_CHARS = 4000
 
-# Inline characters replaced by entities (``&`` first so entities are not re-escaped).
-_INLINE = {
-    "&": "&amp;",
-    "<": "&lt;",
-    ">": "&gt;",
-    "\\": "&#92;",
-    "|": "&#124;",
-    "`": "&#96;",
-    "*": "&#42;",
-    "_": "&#95;",
-    "[": "&#91;",
-    "]": "&#93;",
-    "~": "&#126;",
-}
-_INLINE_RE = re.compile("|".join(re.escape(c) for c in _INLINE))
-# Line starts that would open a heading, list, or setext underline.
-_LINE_START_RE = re.compile(r"^([ \t]*)([#\-+=])", re.MULTILINE)
-_ORDERED_LIST_RE = re.compile(r"^([ \t]*\d+)([.)])", re.MULTILINE)
+# ``&`` only where it would start a character reference; ``_`` only where it could
+# open or close emphasis (not between two letters or digits); a backslash only
+# where it would escape the next character.
+_ENTITY_AMP = r"&(?=#?[A-Za-z0-9]+;)"
+_EMPHASIS_UNDERSCORE = r"(?<![^\W_])_|_(?![^\W_])"
+_ESCAPING_BACKSLASH = r"\\(?=[!-/:-@\[-`{-~\n]|$)"  # before "\n": a hard break
+_INLINE_RE = re.compile(
+    "|".join([_ENTITY_AMP, _EMPHASIS_UNDERSCORE, _ESCAPING_BACKSLASH, r"[<|*`\[~]"])
+)
+_HTML_RE = re.compile("[&<]")  # HTML reads some references without ";"
+# Line starts that would open a heading, list, quote, setext underline or code block.
+_LINE_START_RE = re.compile(r"^[ \t]*([#\-+=>])", re.MULTILINE)
+_ORDERED_LIST_RE = re.compile(r"^[ \t]*(\d+)([.)])", re.MULTILINE)
+_COMMAND_START_RE = re.compile(r"^(?=[ \t]*(?:/|::))", re.MULTILINE)
 # C0 controls except tab/newline, DEL, and Unicode bidi overrides/isolates.
 _CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
-_PRE_RE = re.compile("[&<>]")
-_PRE = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 def _normalise(s: object) -> str:
@@ -51,18 +56,45 @@ def neutralise_mentions(s: str) -> str:
     return s.replace("@", "@" + ZWJ)
 
 
+def neutralise_commands(s: str) -> str:
+    """A zero-width joiner before every line that starts with ``/`` or ``::``."""
+    return _COMMAND_START_RE.sub(ZWJ, s)
+
+
+def _replace_inline(match: re.Match[str]) -> str:
+    char = match.group(0)
+    if char == "<":
+        return "&lt;"
+    if char == "&":
+        return "&amp;"
+    return "\\" + char
+
+
 def _escape_inline(s: str) -> str:
-    return neutralise_mentions(_INLINE_RE.sub(lambda m: _INLINE[m.group(0)], s))
+    return neutralise_mentions(_INLINE_RE.sub(_replace_inline, s))
 
 
-def _escape_line_starts(s: str) -> str:
-    s = _LINE_START_RE.sub(lambda m: f"{m.group(1)}&#{ord(m.group(2))};", s)
-    return _ORDERED_LIST_RE.sub(lambda m: f"{m.group(1)}&#{ord(m.group(2))};", s)
+def escape_html(s: object) -> str:
+    """Escape untrusted text placed inside raw HTML (``<summary>``, ``<pre>``).
+
+    Markdown is not parsed there, so only ``<``, ``&``, mentions and command
+    lines are neutralised.
+    """
+    text = _HTML_RE.sub(lambda m: "&lt;" if m.group(0) == "<" else "&amp;", _normalise(s))
+    return neutralise_commands(neutralise_mentions(text))
 
 
 def escape_text(s: object) -> str:
-    """Escape untrusted text for a Markdown paragraph; newlines are kept."""
-    return _escape_line_starts(_escape_inline(_normalise(s)))
+    """Escape untrusted text for a Markdown paragraph; newlines are kept.
+
+    Leading indentation is dropped (it would open a code block); line starts that
+    open a block (``#``, ``-``, ``>``, ``1.``, ...) get a backslash.
+    """
+    lines = [line.lstrip(" \t") for line in _normalise(s).split("\n")]
+    text = _escape_inline("\n".join(lines))
+    text = _LINE_START_RE.sub(lambda m: "\\" + m.group(1), text)
+    text = _ORDERED_LIST_RE.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text)
+    return neutralise_commands(text)
 
 
 def truncate(s: str, max_chars: int, *, keep: str = "head") -> str:
@@ -79,7 +111,7 @@ def truncate(s: str, max_chars: int, *, keep: str = "head") -> str:
 
 
 def escape_cell(s: object, max_chars: int | None = None, *, newline: str = "<br>") -> str:
-    """Escape untrusted text for one table cell: one line, no raw ``|``.
+    """Escape untrusted text for one table cell (or one line): no raw ``|``, no newline.
 
     Newlines become ``newline`` (``<br>`` by default), blank lines are dropped,
     and the raw text is capped at ``max_chars`` before escaping.
@@ -103,9 +135,9 @@ def code_block(
 ) -> str:
     """A collapsed ``<details><pre>`` block for multi-line untrusted text.
 
-    The text is HTML-escaped with mentions neutralised; longer than
-    ``max_chars`` it keeps its ``keep`` end (``"tail"`` for tracebacks) and says
-    how much was cut. ``summary`` is untrusted too and is escaped.
+    The text is HTML-escaped with mentions and command lines neutralised; longer
+    than ``max_chars`` it keeps its ``keep`` end (``"tail"`` for tracebacks) and
+    says how much was cut. ``summary`` is untrusted too and is escaped.
     """
     text = _normalise(s).strip("\n")
     note = ""
@@ -114,7 +146,7 @@ def code_block(
         kept = text[-max_chars:] if keep == "tail" else text[:max_chars]
         note = f"{TRUNCATED_NOTE} ({omitted:,} characters omitted)"
         text = f"{note}\n{kept}" if keep == "tail" else f"{kept}\n{note}"
-    body = neutralise_mentions(_PRE_RE.sub(lambda m: _PRE[m.group(0)], text))
-    label = escape_cell(summary, 200, newline=" ")
+    body = escape_html(text)
+    label = escape_html(truncate(" ".join(_normalise(summary).split()), 200))
     attr = " open" if open_ else ""
     return f"<details{attr}><summary>{label}</summary>\n\n<pre>\n{body}\n</pre>\n\n</details>"

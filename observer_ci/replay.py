@@ -76,6 +76,13 @@ def match_feeds(
 
 def time_call(fn: Callable[[], Any], warmup: int = 1, repeat: int = 5) -> tuple[Any, float]:
     """Runs ``fn`` ``warmup`` times untimed then ``repeat`` times; returns last result, median."""
+    result, durations = time_runs(fn, warmup, repeat)
+    return result, statistics.median(durations)
+
+
+def time_runs(fn: Callable[[], Any], warmup: int = 1, repeat: int = 5) -> tuple[Any, list[float]]:
+    """Runs ``fn`` ``warmup`` times untimed then ``repeat`` times; returns last result and
+    every timed duration (the spread tells noise from a real change)."""
     for _ in range(max(0, warmup)):
         fn()
     durations = []
@@ -84,7 +91,7 @@ def time_call(fn: Callable[[], Any], warmup: int = 1, repeat: int = 5) -> tuple[
         begin = time.perf_counter()
         result = fn()
         durations.append(time.perf_counter() - begin)
-    return result, statistics.median(durations)
+    return result, durations
 
 
 def time_torch_call(
@@ -93,8 +100,9 @@ def time_torch_call(
     kwargs: dict[str, Any],
     warmup: int = 1,
     repeat: int = 5,
-) -> tuple[Any, float]:
-    """Times a torch call on fresh clones (models may mutate inputs, e.g. caches)."""
+) -> tuple[Any, list[float]]:
+    """Times a torch call on fresh clones (models may mutate inputs, e.g. caches);
+    returns the last result and every timed duration."""
     durations = []
     result = None
     with torch.no_grad():
@@ -104,12 +112,12 @@ def time_torch_call(
             result = method(*a, **kw)
             if k >= warmup:
                 durations.append(time.perf_counter() - begin)
-    return result, statistics.median(durations)
+    return result, durations
 
 
 def run_ort(session, feeds: dict[str, np.ndarray], warmup: int, repeat: int):
-    """Runs a session with warm-up and repeats; returns (outputs, median seconds)."""
-    return time_call(lambda: session.run(None, feeds), warmup=warmup, repeat=repeat)
+    """Runs a session with warm-up and repeats; returns (outputs, every timed duration)."""
+    return time_runs(lambda: session.run(None, feeds), warmup=warmup, repeat=repeat)
 
 
 @dataclass
@@ -144,9 +152,10 @@ def replay_observation(
     replay = Replay(row)
     if method is not None:
         try:
-            _, row.torch_latency_s = time_torch_call(
+            _, row.torch_latencies_s = time_torch_call(
                 method, observation.args, observation.kwargs, warmup, repeat
             )
+            row.torch_latency_s = statistics.median(row.torch_latencies_s)
         except Exception as e:
             row.error = f"torch replay failed: {error_tail(e)}"
     names = observer.leaf_names()
@@ -154,7 +163,8 @@ def replay_observation(
         flat = observer.infer_arguments(index, flat=True)
         row.inputs = structure.tensor_summary(dict(zip(names, flat)))
         feeds = match_feeds([i.name for i in session.get_inputs()], names, flat)
-        replay.ort_outputs, row.ort_latency_s = run_ort(session, feeds, warmup, repeat)
+        replay.ort_outputs, row.ort_latencies_s = run_ort(session, feeds, warmup, repeat)
+        row.ort_latency_s = statistics.median(row.ort_latencies_s)
     except Exception as e:
         row.error = error_tail(e) + _absent_hint(names, flat_observed)
         return replay

@@ -1,22 +1,40 @@
 """Render a run (and its regressions against a baseline) as the Markdown PR comment.
 
+What a reviewer sees first: the verdict with the commits compared and the run
+link, then one summary table (a row per model), the regressions if there are
+any, a latency chart, and a collapsed legend stating the thresholds. Every
+per-model detail sits in a collapsed ``<details>``, failing models first.
+
 Every piece of text that comes from a model, a script or an exception goes
-through :mod:`observer_ci.escape` before it reaches a table or a paragraph.
-The comment must fit GitHub's 65,536-character limit, so when the full report
-is too long it is re-rendered with less detail, level by level, and as a last
+through :mod:`observer_ci.escape` before it reaches the page. The comment must
+fit GitHub's 65,536-character limit, so when the full report is too long it is
+re-rendered with less detail, level by level (see ``LEVELS``), and as a last
 resort hard-cut; the sticky-comment marker always stays on the first line.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from observer_ci.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
 from observer_ci.constants import MARKER
-from observer_ci.escape import code_block, escape_cell
+from observer_ci.escape import code_block, escape_cell, escape_html, truncate
+from observer_ci.report_chart import latency_chart
+from observer_ci.report_format import (
+    NONE,
+    Markup,
+    format_bytes,
+    format_float,
+    format_ratio,
+    format_seconds,
+    format_shape,
+    markdown_table,
+    plural,
+    ratio,
+)
 from observer_ci.results import (
     STATUS_DISCREPANCY,
     STATUS_OK,
@@ -27,38 +45,55 @@ from observer_ci.results import (
     ObservationResult,
     ProbeResult,
     RunResults,
+    quantile,
 )
-from observer_ci.rules import RULES_BY_NAME, Regression, worst_error
+from observer_ci.rules import RULES_BY_NAME, Regression, Thresholds, worst_error
+
+__all__ = [
+    "GITHUB_MAX_CHARS",
+    "LEVELS",
+    "MARKER",
+    "TRUNCATION_NOTE",
+    "fit_report",
+    "report_levels",
+    "format_bytes",
+    "format_float",
+    "format_seconds",
+    "render_report",
+    "write_report_files",
+]
 
 TRUNCATION_NOTE = (
     "Report truncated to fit GitHub's 65,536-character limit; "
     "full report in the job summary/artifact."
 )
-NONE = "–"
 
-# Detail levels, from everything to the bare minimum.
+# Detail levels, from everything to the bare minimum; each drops more than the one before.
 LEVEL_FULL = 0
-LEVEL_NO_IO = 1  # (1) drop per-observation inputs/outputs strings
-LEVEL_SHORT_ERRORS = 2  # (2) shorten error tails
-LEVEL_OBS_SUMMARY = 3  # (3) per-observation tables -> one summary line per model
-LEVEL_NO_INPUTS = 4  # (4) drop inputs tables
-LEVEL_MINIMAL = 5  # (5) headline + regressions + status lines
+LEVEL_NO_IO = 1  # (1) drop the per-call input/output summaries
+LEVEL_SHORT_ERRORS = 2  # (2) error tails and dynamic_shapes cut short
+LEVEL_NO_CALLS = 3  # (3) drop per-call tables (the summary table keeps worst and median)
+LEVEL_NO_INPUTS = 4  # (4) drop inputs tables and the chart
+LEVEL_MINIMAL = 5  # (5) verdict, summary table, regressions: no details, no legend
 LEVELS = (
     LEVEL_FULL,
     LEVEL_NO_IO,
     LEVEL_SHORT_ERRORS,
-    LEVEL_OBS_SUMMARY,
+    LEVEL_NO_CALLS,
     LEVEL_NO_INPUTS,
     LEVEL_MINIMAL,
 )
 
 _ERROR_CHARS = {LEVEL_FULL: 3000, LEVEL_NO_IO: 3000}
 _SHORT_ERROR_CHARS = 400
+_SHAPES_CHARS = {LEVEL_FULL: 2000, LEVEL_NO_IO: 2000}
 _MAX_OBS_ROWS = 50
 _MAX_SHAPES = 8
+_MAX_DIMS_SHOWN = 4
 _MAX_MESSAGE = 300
-_PADDING_RE = re.compile(r" {2,}\|")
 _URL_RE = re.compile(r"^https?://[^\s<>()\"'`\[\]]+$")
+_SHA_RE = re.compile(r"^[0-9a-fA-F]{7,40}$")
+_AUTO_DIM_RE = re.compile(r"^s\d+$")
 _ENV_FIELDS = (
     ("torch", "torch"),
     ("onnx", "onnx"),
@@ -66,72 +101,6 @@ _ENV_FIELDS = (
     ("onnxscript", "onnxscript"),
     ("python", "Python"),
 )
-
-
-# -- number formatting --------------------------------------------------------------
-
-
-def format_float(value: float | int | None) -> str:
-    """Compact number: ``3.2e-07``, ``0.0123``, ``42``; None is ``–``."""
-    if value is None:
-        return NONE
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return str(value)
-    if value != value:  # NaN
-        return "nan"
-    return f"{value:.3g}"
-
-
-def format_seconds(seconds: float | None) -> str:
-    """Human duration: ``12.3 ms``, ``4.56 µs``, ``2.5 s``, ``3 min 5 s``; None is ``–``."""
-    if seconds is None:
-        return NONE
-    if seconds != seconds:
-        return "nan"
-    if seconds == 0:
-        return "0 s"
-    magnitude = abs(seconds)
-    if magnitude >= 60:
-        minutes, rest = divmod(round(magnitude), 60)
-        sign = "-" if seconds < 0 else ""
-        return f"{sign}{minutes} min {rest} s"
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if magnitude >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
-def format_bytes(size: int | float | None) -> str:
-    """Human size in binary units: ``512 B``, ``1.5 KiB``, ``12.3 MiB``; None is ``–``."""
-    if size is None:
-        return NONE
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def format_ratio(value: float | None) -> str:
-    """``1.52×``; None is ``–``."""
-    return NONE if value is None else f"{format_float(value)}×"
-
-
-def format_shape(shape: Iterable[int | str] | None) -> str:
-    """``2×8``; a scalar is ``()``; a missing input is ``–``."""
-    if shape is None:
-        return NONE
-    dims = [str(d) for d in shape]
-    return "×".join(dims) if dims else "()"
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den == 0:
-        return None
-    return num / den
 
 
 # -- small rendering helpers ----------------------------------------------------------
@@ -142,37 +111,12 @@ def _inline(text: Any, max_chars: int | None = None) -> str:
     return escape_cell(text, max_chars, newline=" ")
 
 
-def _table(header: list[str], rows: list[list[Any]], max_chars: int = _MAX_MESSAGE) -> str:
-    """A pipe table of raw values; every cell (and header) is escaped here."""
-    cols = [escape_cell(h, newline=" ") for h in header]
-    body = [[escape_cell(cell, max_chars) for cell in row] for row in rows]
-    import pandas as pd  # noqa: PLC0415 - rendering only; the report helper replaces it
-
-    frame = pd.DataFrame(body, columns=cols, dtype=object)
-    return _compact(frame.to_markdown(index=False, disable_numparse=True))
-
-
-def _compact(table: str) -> str:
-    """Drop tabulate's column padding: it can double a wide table's size for nothing.
-
-    Safe because escaped cells never contain a raw ``|``.
-    """
-    lines = table.split("\n")
-    if len(lines) > 1:
-        lines[1] = re.sub(r"-{3,}", "---", lines[1])
-    return "\n".join(_PADDING_RE.sub(" |", line) for line in lines)
-
-
 def _status_emoji(status: str) -> str:
     if status == STATUS_OK:
         return "✅"
     if status == STATUS_DISCREPANCY:
         return "⚠️"
     return "❌"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _value(rule: str, value: float | str | None) -> str:
@@ -188,6 +132,24 @@ def _regression_icon(reg: Regression) -> str:
     return "❌" if reg.fails_build else "⚠️"
 
 
+def _short_sha(sha: str) -> str | None:
+    """A commit as `` `abc1234` ``; anything that is not a hex SHA is dropped (untrusted)."""
+    return f"`{sha[:7]}`" if sha and _SHA_RE.match(sha) else None
+
+
+def _change(new: float | None, old: float | None) -> str:
+    """`` (×1.2)`` against base, or "" without a comparable base value."""
+    value = ratio(new, old)
+    return "" if value is None else f" ({format_ratio(value)})"
+
+
+def _spread(runs: tuple[float, float] | None, median: float | None) -> str:
+    """`` ±4%``: half the p10–p90 range of the timed runs, relative to the median."""
+    if runs is None or not median:
+        return ""
+    return f" ±{(runs[1] - runs[0]) / 2 / median:.0%}"
+
+
 # -- the report -------------------------------------------------------------------------
 
 
@@ -201,10 +163,12 @@ class _Renderer:
         base: RunResults | None,
         title: str,
         run_url: str | None,
+        thresholds: Thresholds,
     ) -> None:
         self.head = head
         self.base = base
         self.title = title
+        self.thresholds = thresholds
         self.run_url = run_url if run_url and _URL_RE.match(run_url) else None
         self.regressions = sorted(regressions, key=lambda r: not r.fails_build)
         self.by_model: dict[str, list[Regression]] = {}
@@ -221,80 +185,96 @@ class _Renderer:
     # -- document ----------------------------------------------------------------------
 
     def render(self, level: int) -> str:
-        blocks = [MARKER + "\n" + self.headline()]
+        blocks = [MARKER + "\n" + self.verdict(), self.warnings()]
+        blocks.append(self.cached(("summary",), self.summary_table))
+        blocks.append(self.cached(("regressions", level), lambda: self.regressions_table(level)))
+        if level < LEVEL_NO_INPUTS:
+            blocks.append(self.cached(("chart",), self.chart))
         if level < LEVEL_MINIMAL:
-            blocks.append(self.environment())
-        blocks.append(self.regressions_section(level))
-        if level < LEVEL_MINIMAL and self.base is not None:
-            blocks.append(self.latency_section())
-        blocks.append(self.models_section(level))
+            blocks.append(self.cached(("legend",), self.legend))
+            blocks.append(self.details_section(level))
         return "\n\n".join(b for b in blocks if b) + "\n"
 
-    def headline(self) -> str:
+    def verdict(self) -> str:
         failing = sum(r.fails_build for r in self.regressions)
         warnings = len(self.regressions) - failing
         icon = "❌" if failing else "✅"
         title = _inline(self.title, 100)
         if failing:
             verb = "fails" if failing == 1 else "fail"
-            verdict = f"{_plural(failing, 'regression')} {verb} the build"
+            verdict = f"{plural(failing, 'regression')} {verb} the build"
         else:
             verdict = "no regression fails the build"
-        counts = self.status_counts()
-        lines = [f"## {icon} {title}: {verdict}", ""]
-        summary = f"**{_plural(len(self.head.models), 'model')}**"
-        summary += f" · {counts}" if counts else ""
-        summary += f" · {_plural(failing, 'failing regression')} · {_plural(warnings, 'warning')}"
-        lines.append(summary)
-        lines.append(self.baseline_line())
-        return "\n".join(lines)
+        counts = [f"**{plural(len(self.head.models), 'model')}**", *self.status_counts()]
+        if warnings:
+            counts.append(f"⚠️ {plural(warnings, 'warning')}")
+        return f"## {icon} {title}: {verdict}\n\n" + " · ".join(counts) + "  \n" + self.compared()
 
-    def status_counts(self) -> str:
+    def status_counts(self) -> list[str]:
         counts: dict[str, int] = {}
         for model in self.head.models:
             counts[model.status] = counts.get(model.status, 0) + 1
         order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
-        return " · ".join(f"{_status_emoji(s)} {counts[s]} {_inline(s, 40)}" for s in order)
+        return [f"{_status_emoji(s)} {counts[s]} {_inline(s, 40)}" for s in order]
 
-    def baseline_line(self) -> str:
+    def compared(self) -> str:
+        head_sha = _short_sha(self.head.commit)
         if self.base is None:
-            text = "No baseline: absolute thresholds only."
+            text = f"Head {head_sha}, no baseline" if head_sha else "No baseline"
+            text += ": absolute thresholds only."
         else:
+            base_sha = _short_sha(self.base.commit)
             label = _inline(self.base.label or "base", 80)
-            text = (
-                f"Compared with baseline **{label}** ({_plural(len(self.base.models), 'model')})."
-            )
+            text = f"Head {head_sha} vs" if head_sha else "Compared with"
+            text += f" base {base_sha} ({label})." if base_sha else f" base **{label}**."
         if self.run_url:
             text += f" [Workflow run]({self.run_url})"
         return text
 
-    def environment(self) -> str:
-        env = self.head.environment
-        lines = [f"**Environment:** {_environment_line(env)}"]
-        for note in env.get("notes", []) or []:
-            lines.append(f"⚠️ {_inline(note, 400)}")
-        for part in env.get("parts", []) or []:
-            if isinstance(part, dict):
-                label = _inline(part.get("label", ""), 60)
-                lines.append(f"- {label}: {_environment_line(part.get('environment') or {})}")
+    def warnings(self) -> str:
+        lines = [f"⚠️ {_inline(n, 400)}" for n in self.head.environment.get("notes", []) or []]
         if self.base is not None:
-            diff = _environment_diff(self.base.environment, env)
+            diff = _environment_diff(self.base.environment, self.head.environment)
             if diff:
                 lines.append(f"⚠️ Base environment differs (latencies less comparable): {diff}")
-        return "\n".join(lines)
+        return "  \n".join(lines)
 
-    # -- regressions ------------------------------------------------------------------
+    # -- summary --------------------------------------------------------------------------
 
-    def regressions_section(self, level: int) -> str:
-        heading = "### Regressions vs baseline" if self.base is not None else "### Regressions"
+    def summary_table(self) -> str:
+        if not self.head.models:
+            return "No models were observed."
+        header = ["", "model", "export", "worst abs", "worst rel", "ORT", "torch", "probe"]
+        header.append("dynamic dims")
+        rows = [self.summary_row(m) for m in self.ordered_models()]
+        return markdown_table(header, rows, max_cell=120)
+
+    def summary_row(self, model: ModelResult) -> list[object]:
+        old = self.base_models.get(model.name)
+        status = _status_emoji(model.status)
+        if model.status != STATUS_OK:
+            status += " " + _inline(model.status, 40)
+        return [
+            Markup(status),
+            model.name,
+            Markup(_export_cell(model.export, old.export if old else None)),
+            Markup(_error_cell(model, old, "abs")),
+            Markup(_error_cell(model, old, "rel")),
+            Markup(_latency_cell(model, old, "ort")),
+            Markup(_latency_cell(model, old, "torch")),
+            Markup(_probe_cell(model.probe)),
+            Markup(_dims_cell(model.export)),
+        ]
+
+    def regressions_table(self, level: int) -> str:
         if not self.regressions:
-            return f"{heading}\n\nNo regressions."
-        limit = {LEVEL_OBS_SUMMARY: 160, LEVEL_NO_INPUTS: 160, LEVEL_MINIMAL: 100}.get(
+            return ""
+        limit = {LEVEL_NO_CALLS: 160, LEVEL_NO_INPUTS: 160, LEVEL_MINIMAL: 100}.get(
             level, _MAX_MESSAGE
         )
         rows = [
             [
-                _regression_icon(r),
+                Markup(_regression_icon(r)),
                 r.model,
                 r.rule,
                 _value(r.rule, r.base_value),
@@ -304,28 +284,47 @@ class _Renderer:
             for r in self.regressions
         ]
         header = ["", "model", "rule", "base", "head", "message"]
-        table = self.cached(("regressions", limit), lambda: _table(header, rows, limit))
-        return f"{heading}\n\n{table}"
+        heading = "### Regressions vs base" if self.base is not None else "### Regressions"
+        return f"{heading}\n\n" + markdown_table(header, rows, max_cell=limit)
 
-    def latency_section(self) -> str:
-        rows = []
-        for model in self.head.models:
-            old = self.base_models.get(model.name)
-            if old is None:
-                continue
-            b, h = old.median_ort_latency_s, model.median_ort_latency_s
-            if b is None and h is None:
-                continue
-            rows.append(
-                [model.name, format_seconds(b), format_seconds(h), format_ratio(_ratio(h, b))]
-            )
-        if not rows:
+    def chart(self) -> str:
+        chart = latency_chart(self.head, self.base)
+        if not chart:
             return ""
-        header = ["model", "base ORT median", "head ORT median", "ratio"]
-        table = self.cached(("latency",), lambda: _table(header, rows))
-        return f"### Latency vs baseline\n\n{table}"
+        what = "bars head, line base" if self.base is not None else "lower is faster"
+        return f"_ORT latency as a percentage of torch latency per model ({what})._\n\n{chart}"
 
-    # -- models -------------------------------------------------------------------------
+    def legend(self) -> str:
+        th = self.thresholds
+        env = _environment_line(self.head.environment)
+        lines = [
+            "<details><summary>How to read this report: columns, thresholds, environment</summary>",
+            "",
+            "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node "
+            "count; `(×1.2)` is the change against base.",
+            "- **worst abs / worst rel**: largest difference between torch and onnxruntime "
+            "outputs over every replayed call; rel is `|torch - ort| / (|torch| + 1e-3)`.",
+            "- **ORT / torch**: median latency of a call, `±` half the spread between the "
+            "10% and 90% fastest timed runs (the noise of this machine).",
+            "- **probe**: one run at sizes never observed, proof the dynamic dims work.",
+            "- **dynamic dims**: symbolic dimensions of the exported graph; names like "
+            "`s77` are made up by `torch.export`, and one name is one size in every input.",
+            "- **hist** (per call): output elements whose absolute difference exceeds "
+            "each bound. **SUCCESS**: the call is within the tolerances below.",
+            f"- **Tolerances**: abs ≤ {format_float(th.abs_max)} and rel ≤ "
+            f"{format_float(th.rel_max)} (the `discrepancy` rule and SUCCESS).",
+            f"- **Against base**: errors may grow ×{format_float(th.abs_growth)} (abs) and "
+            f"×{format_float(th.rel_growth)} (rel); latency may grow "
+            f"×{format_float(th.latency_ratio_max)} and is flagged only beyond the noise "
+            "(head's fast runs slower than base's slow runs); node count may grow "
+            f"×{format_float(th.node_growth_max)}.",
+            f"- **Environment**: {env}",
+            "",
+            "</details>",
+        ]
+        return "\n".join(lines)
+
+    # -- per model ----------------------------------------------------------------------
 
     def ordered_models(self) -> list[ModelResult]:
         def key(item: tuple[int, ModelResult]) -> tuple[int, int]:
@@ -337,57 +336,103 @@ class _Renderer:
 
         return [m for _, m in sorted(enumerate(self.head.models), key=key)]
 
-    def models_section(self, level: int) -> str:
+    def details_section(self, level: int) -> str:
         models = self.ordered_models()
         if not models:
-            return "### Models\n\nNo models were observed."
-        if level >= LEVEL_MINIMAL:
-            lines = [f"- {self.status_line(m)}" for m in models]
-            return "### Models\n\n" + "\n".join(lines)
-        parts = ["### Models"] + [self.model_section(i, m, level) for i, m in enumerate(models)]
+            return ""
+        parts = ["### Details"] + [self.model_details(i, m, level) for i, m in enumerate(models)]
         return "\n\n".join(parts)
 
-    def status_line(self, model: ModelResult) -> str:
-        regs = self.by_model.get(model.name, [])
-        status = f"{_status_emoji(model.status)} {_inline(model.status, 40)}"
-        text = f"{status} · **{_inline(model.name, 200)}**"
-        if model.script:
-            text += f" · {_inline(model.script, 200)}"
-        failing = sum(r.fails_build for r in regs)
-        if failing:
-            text += f" · ❌ {_plural(failing, 'regression')}"
-        if len(regs) - failing:
-            text += f" · ⚠️ {_plural(len(regs) - failing, 'warning')}"
-        return text
-
-    def model_section(self, index: int, model: ModelResult, level: int) -> str:
-        blocks = [f"#### {self.status_line(model)}"]
-        if model.notes and level < LEVEL_MINIMAL:
-            blocks.append("  \n".join(f"⚠️ {_inline(n, 400)}" for n in model.notes))
+    def model_details(self, index: int, model: ModelResult, level: int) -> str:
+        parts = [model.name, model.status] + ([model.script] if model.script else [])
+        summary = " · ".join(escape_html(truncate(" ".join(p.split()), 200)) for p in parts)
+        blocks = [f"<details><summary>{_status_emoji(model.status)} {summary}</summary>"]
+        if model.notes:
+            blocks.append("\n".join(f"- ⚠️ {_inline(n, 400)}" for n in model.notes))
+        facts = [_export_line(model.export), _probe_line(model.probe), _phases_line(model)]
+        blocks.append("  \n".join(f for f in facts if f))
         if level < LEVEL_NO_INPUTS and model.inputs:
             blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
-        if level < LEVEL_OBS_SUMMARY and model.observations:
-            with_io = level < LEVEL_NO_IO
+        if level < LEVEL_NO_CALLS and model.observations:
+            blocks.append(self.cached(("calls", index), lambda: _calls_table(model.observations)))
+            if level < LEVEL_NO_IO:
+                blocks.append(self.cached(("io", index), lambda: _io_list(model.observations)))
+        if model.dynamic_shapes:
+            chars = _SHAPES_CHARS.get(level, _SHORT_ERROR_CHARS)
             blocks.append(
-                self.cached(
-                    ("obs", index, with_io),
-                    lambda: _observations_table(model.observations, with_io),
+                code_block(
+                    model.dynamic_shapes,
+                    "dynamic_shapes passed to the exporter",
+                    max_chars=chars,
+                    keep="head",
                 )
             )
-        elif model.observations:
-            blocks.append(_observations_summary(model))
-        blocks.append(_probe_line(model.probe))
-        blocks.append(_export_line(model.export))
-        if level < LEVEL_SHORT_ERRORS:
-            extra = _extra_lines(model, level)
-            if extra:
-                blocks.append(extra)
-        regs = self.by_model.get(model.name, [])
-        if regs and level < LEVEL_OBS_SUMMARY:
-            blocks.append(self.cached(("model_regs", index), lambda: _model_regressions(regs)))
-        tails = _error_tails(model, _ERROR_CHARS.get(level, _SHORT_ERROR_CHARS))
-        blocks.extend(tails)
-        return "\n\n".join(blocks)
+        blocks.extend(_error_tails(model, _ERROR_CHARS.get(level, _SHORT_ERROR_CHARS)))
+        blocks.append("</details>")
+        return "\n\n".join(b for b in blocks if b)
+
+
+# -- summary cells ----------------------------------------------------------------------
+
+
+def _export_cell(export: ExportResult | None, old: ExportResult | None) -> str:
+    if export is None:
+        return NONE
+    if not export.ok:
+        return "❌ failed"
+    old_ok = old is not None and old.ok
+    text = format_seconds(export.seconds)
+    if old_ok:
+        text += _change(export.seconds, old.seconds)
+    if export.node_count is not None:
+        text += f" · {plural(export.node_count, 'node')}"
+        if old_ok and old.node_count is not None:
+            text += f" ({export.node_count - old.node_count:+d})"
+    return text
+
+
+def _error_cell(model: ModelResult, old: ModelResult | None, metric: str) -> str:
+    value = worst_error(model, metric)
+    text = format_float(value)
+    if old is not None and value is not None:
+        text += _change(value, worst_error(old, metric))
+    return text
+
+
+def _latency_cell(model: ModelResult, old: ModelResult | None, runtime: str) -> str:
+    median = getattr(model, f"median_{runtime}_latency_s")
+    text = format_seconds(median) + _spread(model.latency_range(runtime), median)
+    if old is not None and median is not None:
+        text += _change(median, getattr(old, f"median_{runtime}_latency_s"))
+    return text
+
+
+def _probe_cell(probe: ProbeResult | None) -> str:
+    if probe is None:
+        return NONE
+    if not probe.ran:
+        return "not run"
+    if probe.success:
+        return "✅"
+    return "❌ tolerance" if probe.ok else "❌ failed"
+
+
+def _dims_cell(export: ExportResult | None) -> str:
+    """The distinct symbolic dims of the exported inputs: ``batch, seq`` or ``s77``."""
+    if export is None or not export.ok:
+        return NONE
+    names = list(
+        dict.fromkeys(d for dims in export.input_dims.values() for d in dims if isinstance(d, str))
+    )
+    if not names:
+        return "none"
+    named = [n for n in names if not _AUTO_DIM_RE.match(n)] or names
+    shown = ", ".join(_inline(n, 30) for n in named[:_MAX_DIMS_SHOWN])
+    hidden = len(names) - min(len(named), _MAX_DIMS_SHOWN)
+    return shown + (f" (+{hidden})" if hidden else "")
+
+
+# -- per-model details --------------------------------------------------------------------
 
 
 def _environment_line(env: dict[str, Any]) -> str:
@@ -398,6 +443,10 @@ def _environment_line(env: dict[str, Any]) -> str:
         items.append(f"{_inline(env['cpu_count'], 10)} cores")
     if env.get("torch_threads"):
         items.append(f"{_inline(env['torch_threads'], 10)} torch threads")
+    for part in env.get("parts", []) or []:
+        if isinstance(part, dict):
+            label = _inline(part.get("label", ""), 60)
+            items.append(f"{label}: {_environment_line(part.get('environment') or {})}")
     return " · ".join(items) if items else NONE
 
 
@@ -429,7 +478,7 @@ def _inputs_table(inputs: list[InputInfo]) -> str:
         ]
         for info in inputs
     ]
-    return _table(["input", "dtype", "shapes seen", "dynamic dims"], rows)
+    return markdown_table(["input", "dtype", "shapes seen", "dynamic dims"], rows)
 
 
 def _hist(hist: dict[str, int]) -> str:
@@ -442,45 +491,40 @@ def _success(obs: ObservationResult) -> str:
     return "❌" if obs.ok else "❌ ORT failed"
 
 
-def _observations_table(observations: list[ObservationResult], with_io: bool) -> str:
-    header = ["#", "abs", "rel", "hist", "torch", "ORT", "speedup", "SUCCESS"]
-    show_io = with_io and any(o.inputs or o.outputs for o in observations)
-    if show_io:
-        header += ["inputs", "outputs"]
-    rows = []
-    for obs in observations[:_MAX_OBS_ROWS]:
-        row = [
+def _call_latency(median: float | None, runs: list[float]) -> str:
+    if not runs:
+        return format_seconds(median)
+    return format_seconds(median) + _spread((quantile(runs, 0.1), quantile(runs, 0.9)), median)
+
+
+def _calls_table(observations: list[ObservationResult]) -> str:
+    header = ["call", "abs", "rel", "hist", "torch", "ORT", "SUCCESS"]
+    rows = [
+        [
             obs.index,
             format_float(obs.abs),
             format_float(obs.rel),
             _hist(obs.hist),
-            format_seconds(obs.torch_latency_s),
-            format_seconds(obs.ort_latency_s),
-            format_ratio(_ratio(obs.torch_latency_s, obs.ort_latency_s)),
-            _success(obs),
+            _call_latency(obs.torch_latency_s, obs.torch_latencies_s),
+            _call_latency(obs.ort_latency_s, obs.ort_latencies_s),
+            Markup(_success(obs)),
         ]
-        if show_io:
-            row += [obs.inputs or NONE, obs.outputs or NONE]
-        rows.append(row)
-    table = _table(header, rows, 200)
+        for obs in observations[:_MAX_OBS_ROWS]
+    ]
+    table = markdown_table(header, rows, max_cell=200)
     hidden = len(observations) - _MAX_OBS_ROWS
     if hidden > 0:
-        table += f"\n\n… {_plural(hidden, 'more observation')} not shown."
+        table += f"\n\n… {plural(hidden, 'more call')} not shown."
     return table
 
 
-def _observations_summary(model: ModelResult) -> str:
-    obs = model.observations
-    passed = sum(o.success for o in obs)
-    speedup = _ratio(model.median_torch_latency_s, model.median_ort_latency_s)
-    parts = [
-        f"{passed}/{len(obs)} success",
-        f"max abs {format_float(worst_error(model, 'abs'))}",
-        f"max rel {format_float(worst_error(model, 'rel'))}",
-        f"ORT median {format_seconds(model.median_ort_latency_s)}",
-        f"speedup {format_ratio(speedup)}",
+def _io_list(observations: list[ObservationResult]) -> str:
+    items = [
+        f"- call {o.index}: {_inline(o.inputs or NONE, 300)} → {_inline(o.outputs or NONE, 300)}"
+        for o in observations[:_MAX_OBS_ROWS]
+        if o.inputs or o.outputs
     ]
-    return "**Observations:** " + " · ".join(parts)
+    return "**Inputs → outputs per call:**\n\n" + "\n".join(items) if items else ""
 
 
 def _probe_line(probe: ProbeResult | None) -> str:
@@ -538,37 +582,20 @@ def _export_line(export: ExportResult | None) -> str:
     return f"{label} " + " · ".join(parts)
 
 
-def _extra_lines(model: ModelResult, level: int) -> str:
-    lines = []
-    if model.phase_seconds:
-        phases = " · ".join(
-            f"{_inline(k, 40)} {format_seconds(v)}" for k, v in model.phase_seconds.items()
-        )
-        lines.append(f"**Phases:** {phases}")
-    if model.dynamic_shapes and level < LEVEL_NO_IO:
-        lines.append(f"**dynamic_shapes:** {_inline(model.dynamic_shapes, 300)}")
-    return "  \n".join(lines)  # two trailing spaces: a hard line break
-
-
-def _model_regressions(regs: list[Regression]) -> str:
-    rows = [
-        [
-            _regression_icon(r),
-            r.rule,
-            _value(r.rule, r.base_value),
-            _value(r.rule, r.head_value),
-            r.message,
-        ]
-        for r in regs
-    ]
-    return _table(["", "rule", "base", "head", "message"], rows)
+def _phases_line(model: ModelResult) -> str:
+    if not model.phase_seconds:
+        return ""
+    phases = " · ".join(
+        f"{_inline(k, 40)} {format_seconds(v)}" for k, v in model.phase_seconds.items()
+    )
+    return f"**Time:** {phases}"
 
 
 def _error_tails(model: ModelResult, max_chars: int) -> list[str]:
     sources: list[tuple[str, str | None]] = [("Error", model.error)]
     if model.export is not None:
         sources.append(("Export error", model.export.error))
-    sources += [(f"Observation {o.index} error", o.error) for o in model.observations]
+    sources += [(f"Call {o.index} error", o.error) for o in model.observations]
     if model.probe is not None:
         sources.append(("Probe error", model.probe.error))
     seen: set[str] = set()
@@ -581,20 +608,73 @@ def _error_tails(model: ModelResult, max_chars: int) -> list[str]:
     return blocks
 
 
+# -- fitting ------------------------------------------------------------------------------
+
+
 def _hard_cut(text: str, max_chars: int) -> str:
-    """Cut ``text`` at a line boundary so that it plus the note fits in ``max_chars``."""
+    """``text`` cut at a line boundary, plus the truncation note, in ``max_chars`` at most."""
     note = f"\n\n{TRUNCATION_NOTE}\n"
     minimal = f"{MARKER}\n{TRUNCATION_NOTE}\n"
     if len(minimal) >= max_chars:
         return minimal[:max_chars]
-    room = max_chars - len(note)
-    cut = text[:room]
+    cut = text[: max_chars - len(note)]
     newline = cut.rfind("\n")
     if newline > len(MARKER):
         cut = cut[:newline]
-    if len(cut) < len(MARKER):
+    cut = cut.rstrip()
+    if len(cut) <= len(MARKER):
         return minimal
-    return cut.rstrip() + note
+    result = cut + note
+    return result
+
+
+def _level_texts(renderer: _Renderer) -> Iterator[tuple[int, str]]:
+    """Each level's text as it would be posted (with the note when detail was dropped)."""
+    yield LEVEL_FULL, renderer.render(LEVEL_FULL)
+    note = f"\n{TRUNCATION_NOTE}\n"
+    for level in LEVELS[1:]:
+        yield level, renderer.render(level) + note
+
+
+def report_levels(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    **options: Any,
+) -> list[str]:
+    """The text of every detail level, most detailed first (what fitting chooses from)."""
+    return [text for _, text in _level_texts(_renderer(head, regressions, base, **options))]
+
+
+def fit_report(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    *,
+    max_chars: int | None = GITHUB_MAX_CHARS,
+    **options: Any,
+) -> tuple[str, int | None]:
+    """The most detailed level that fits ``max_chars``: ``(text, level)``; level None
+    means even the minimal level did not fit and the text was hard-cut."""
+    if max_chars is not None and max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    renderer = _renderer(head, regressions, base, **options)
+    for level, text in _level_texts(renderer):
+        if max_chars is None or len(text) <= max_chars:
+            return text, level
+    return _hard_cut(renderer.render(LEVEL_MINIMAL), max_chars), None
+
+
+def _renderer(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None,
+    *,
+    title: str = "observer-ci",
+    run_url: str | None = None,
+    thresholds: Thresholds | None = None,
+) -> _Renderer:
+    return _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
 
 
 def render_report(
@@ -605,26 +685,18 @@ def render_report(
     max_chars: int | None = GITHUB_MAX_CHARS,
     title: str = "observer-ci",
     run_url: str | None = None,
+    thresholds: Thresholds | None = None,
 ) -> str:
-    """The Markdown PR comment: marker, headline, regressions, environment, models.
+    """The Markdown PR comment (see the module docstring).
 
     ``max_chars=None`` renders everything (report.md, job summary). Longer than
-    ``max_chars``, it is re-rendered with less detail (see ``LEVELS``)
-    and finally hard-cut; a truncation note is then appended. Never longer than
-    ``max_chars``.
+    ``max_chars``, it is re-rendered with less detail (see ``LEVELS``) and
+    finally hard-cut; a truncation note is then appended. Never longer than
+    ``max_chars``. ``thresholds`` are the ones the regressions were computed with
+    (stated in the legend).
     """
-    if max_chars is not None and max_chars <= 0:
-        raise ValueError(f"max_chars must be positive, got {max_chars}")
-    renderer = _Renderer(head, regressions, base, title, run_url)
-    text = renderer.render(LEVEL_FULL)
-    if max_chars is None or len(text) <= max_chars:
-        return text
-    note = f"\n{TRUNCATION_NOTE}\n"
-    for level in LEVELS[1:]:
-        text = renderer.render(level) + note
-        if len(text) <= max_chars:
-            return text
-    return _hard_cut(renderer.render(LEVEL_MINIMAL), max_chars)
+    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
 
 def write_report_files(
@@ -636,6 +708,7 @@ def write_report_files(
     run_url: str | None = None,
     write_results: bool = True,
     title: str = "observer-ci",
+    thresholds: Thresholds | None = None,
 ) -> str:
     """Writes ``results.json`` first (and ``base-results.json``), then the full
     ``report.md``; returns the report. Called before anything is posted."""
@@ -644,6 +717,7 @@ def write_report_files(
         head.write(out / "results.json")
         if base is not None:
             base.write(out / "base-results.json")
-    report = render_report(head, regressions, base, max_chars=None, title=title, run_url=run_url)
+    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    report = render_report(head, regressions, base, max_chars=None, **options)
     (out / "report.md").write_text(report, encoding="utf-8")
     return report

@@ -76,6 +76,8 @@ class ObservationResult:
     n_empty: int = 0
     torch_latency_s: float | None = None  # median over repeats
     ort_latency_s: float | None = None  # median over repeats
+    torch_latencies_s: list[float] = field(default_factory=list)  # every timed run
+    ort_latencies_s: list[float] = field(default_factory=list)  # every timed run
     inputs: str = ""
     outputs: str = ""
 
@@ -129,6 +131,18 @@ class ModelResult:
     def median_torch_latency_s(self) -> float | None:
         return _median_or_none(o.torch_latency_s for o in self.observations)
 
+    def latency_range(self, runtime: str) -> tuple[float, float] | None:
+        """``(p10, p90)`` of the ``"ort"`` or ``"torch"`` timed runs, the median over
+        calls of each; None when no call recorded its runs (older results)."""
+        runs = [getattr(o, f"{runtime}_latencies_s") for o in self.observations]
+        ranges = [(quantile(r, 0.1), quantile(r, 0.9)) for r in runs if r]
+        if not ranges:
+            return None
+        low = _median_or_none(lo for lo, _ in ranges)
+        high = _median_or_none(hi for _, hi in ranges)
+        assert low is not None and high is not None
+        return low, high
+
 
 @dataclass
 class RunResults:
@@ -139,6 +153,8 @@ class RunResults:
     schema_version: int = SCHEMA_VERSION
     label: str = ""  # e.g. "head", "base", or a matrix job name
     created_at: str = ""
+    commit: str = ""  # the commit the scripts ran on, when known
+    settings: dict[str, Any] = field(default_factory=dict)  # tolerances, timing used
 
     def by_name(self) -> dict[str, ModelResult]:
         return {m.name: m for m in self.models}
@@ -169,6 +185,8 @@ class RunResults:
             schema_version=version,
             label=data.get("label", ""),
             created_at=data.get("created_at", ""),
+            commit=str(data.get("commit", "") or ""),
+            settings=dict(data.get("settings", {}) or {}),
         )
 
     @classmethod
@@ -188,6 +206,17 @@ def max_or_none(values) -> float | None:
     if any(math.isnan(v) for v in vals):
         return math.nan
     return max(vals) if vals else None
+
+
+def quantile(values, q: float) -> float:
+    """The ``q`` quantile (0..1) of non-empty ``values``, linearly interpolated (as numpy)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("quantile of no values")
+    position = q * (len(ordered) - 1)
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 def _median_or_none(values) -> float | None:

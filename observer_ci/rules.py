@@ -4,6 +4,8 @@ Absolute gates (``abs_max``, ``rel_max``) apply to head alone, so they work
 without a baseline; growth, latency and node-count rules need one. A problem
 already present in base is still reported, but never fails the build
 ("still failing"), so a broken main branch does not block every pull request.
+Symptoms of one defect (a failure, a discrepancy, error growth, a failed probe)
+count once; a latency change counts only beyond the noise of the timed runs.
 """
 
 from __future__ import annotations
@@ -48,7 +50,12 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("rel_growth", "error", True, "worst rel error grew by more than rel_growth vs base"),
     Rule("dynamic_dim_lost", "dim", True, "a dim dynamic in base is static in head"),
     # Latency and node count only warn by default: shared CI machines are noisy.
-    Rule("latency_ratio", "seconds", False, "ORT median latency over latency_ratio_max x base"),
+    Rule(
+        "latency_ratio",
+        "seconds",
+        False,
+        "ORT median latency over latency_ratio_max x base, beyond the measured noise",
+    ),
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
@@ -204,20 +211,36 @@ def _compare_model(
     fail_on: set[str],
     has_base_run: bool = False,
 ) -> list[Regression]:
-    found: list[Regression] = []
+    # Failure, discrepancy, error growth and the probe can all be symptoms of one
+    # broken graph: they are folded into one regression (its root cause).
+    symptoms: list[Regression] = []
     failure = _failure(head, base, fail_on, has_base_run)
     if failure is not None:
-        found.append(failure)
-    found.extend(_discrepancy(head, base, th, fail_on))
+        symptoms.append(failure)
+    symptoms.extend(_discrepancy(head, base, th, fail_on))
     if base is not None:
-        found.extend(_growth(head, base, th, fail_on))
+        symptoms.extend(_growth(head, base, th, fail_on))
+    probe = _probe(head, base, fail_on)
+    if probe is not None:
+        symptoms.append(probe)
+    found = [_root_cause(symptoms)] if symptoms else []
+    if base is not None:
         found.extend(_dynamic_dims_lost(head, base, fail_on))
         found.extend(_latency(head, base, th, fail_on))
         found.extend(_node_count(head, base, th, fail_on))
-    probe = _probe(head, base, fail_on)
-    if probe is not None:
-        found.append(probe)
     return found
+
+
+def _root_cause(symptoms: list[Regression]) -> Regression:
+    """One regression for symptoms of one cause: the first that fails the build (else the
+    first), in rule order, its message naming the others."""
+    primary = next((r for r in symptoms if r.fails_build), symptoms[0])
+    others = [r for r in symptoms if r is not primary]
+    if not others:
+        return primary
+    also = "; ".join(r.message for r in others)
+    message = f"{primary.message} (also: {also})"
+    return dataclasses.replace(primary, message=message)
 
 
 def _reg(
@@ -382,6 +405,14 @@ def _latency(
         f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}): "
         f"{old:.3g} s → {new:.3g} s"
     )
+    new_runs, old_runs = head.latency_range("ort"), base.latency_range("ort")
+    if new_runs is not None and old_runs is not None:
+        if new_runs[0] <= old_runs[1]:
+            return []  # within the noise: head's fast runs are no slower than base's slow runs
+        message += (
+            f", beyond the noise (head's 10% fastest runs {new_runs[0]:.3g} s > "
+            f"base's 10% slowest {old_runs[1]:.3g} s)"
+        )
     return [_reg(head, "latency_ratio", message, old, new, fail_on)]
 
 

@@ -19,6 +19,7 @@ from observer_ci import registry
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
+from observer_ci.logs import log_group, quiet_third_party
 from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
 from observer_ci.replay import make_session, replay_observation
@@ -33,20 +34,33 @@ from observer_ci.results import (
     ObservationResult,
     RunResults,
 )
+from observer_ci.rules import Thresholds
 
 Progress = Callable[[str], None]
 
 
 @dataclass
 class RunConfig:
-    """Tolerances and timing of the checks."""
+    """Tolerances and timing of the checks. The tolerances are the ``abs_max`` and
+    ``rel_max`` thresholds: one set decides SUCCESS and the ``discrepancy`` rule."""
 
-    atol: float = 1e-4
-    rtol: float = 0.1
+    atol: float = Thresholds.abs_max
+    rtol: float = Thresholds.rel_max
     hist: tuple[float, ...] = (0.1, 0.01)
     warmup: int = 2
     repeat: int = 10
     probe: bool = True
+
+    def recorded(self) -> dict[str, object]:
+        """What ``results.json`` records under ``settings``."""
+        return {
+            "abs_max": self.atol,
+            "rel_max": self.rtol,
+            "hist": list(self.hist),
+            "warmup": self.warmup,
+            "repeat": self.repeat,
+            "probe": self.probe,
+        }
 
 
 def run_scripts(
@@ -56,17 +70,21 @@ def run_scripts(
     config: RunConfig | None = None,
     label: str = "head",
     progress: Progress = progress_line,
+    verbose: bool = False,
 ) -> RunResults:
-    """Runs every script and checks every model it observed. Never raises for bad input."""
+    """Runs every script and checks every model it observed. Never raises for bad input.
+    Third-party warnings stay quiet unless ``verbose``."""
     config = config or RunConfig()
     out = Path(out_dir)
     results = RunResults(
         environment=environment_fingerprint(),
         label=label,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        settings=config.recorded(),
     )
-    for script in scripts:
-        results.models.extend(run_script(str(script), out, config=config, progress=progress))
+    with quiet_third_party(verbose):
+        for script in scripts:
+            results.models.extend(run_script(str(script), out, config=config, progress=progress))
     return results
 
 
@@ -79,7 +97,8 @@ def run_script(
     failure: ModelResult | None = None
     begin = time.perf_counter()
     try:
-        _execute(script)
+        with log_group(f"observer-ci: script {script}"):
+            _execute(script)
     except BaseException as e:  # SystemExit and KeyboardInterrupt-like exits of scripts too
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -93,7 +112,10 @@ def run_script(
             progress(f"{script} raised {type(e).__name__}: {e}")
     script_seconds = time.perf_counter() - begin
     entries = registry.take_registered()
-    models = [process_model(entry, out_dir, config=config, progress=progress) for entry in entries]
+    models = []
+    for entry in entries:
+        with log_group(f"observer-ci: model {entry.name}"):
+            models.append(process_model(entry, out_dir, config=config, progress=progress))
     for m in models:
         m.phase_seconds["script"] = script_seconds
     if failure is not None:
@@ -146,10 +168,14 @@ def model_notes(entry: registry.ObservedModel) -> list[str]:
             "the model was in training mode: dropout and batch norm differ between runs; "
             "call model.eval() in the observation script"
         )
+    # The exported signature takes every argument some call passed a tensor for (the
+    # calls that did not are fed empty tensors): only the rest is really not exported.
+    exported = {name for obs in entry.observer.observations for name in obs.named}
     ignored: dict[str, str] = {}
     for obs in entry.observer.observations:
         for name, why in obs.ignored.items():
-            ignored.setdefault(name, why)
+            if name not in exported:
+                ignored.setdefault(name, why)
     if ignored:
         shown = ", ".join(f"{n} ({why})" for n, why in list(ignored.items())[:8])
         notes.append(f"arguments not exported as inputs (the export uses their defaults): {shown}")
@@ -236,6 +262,11 @@ def process_model(
             ).result
             for i in range(obs.num_obs())
         ]
+    progress(
+        f"{entry.name}: replayed {obs.num_obs()} calls "
+        f"({config.warmup} warm-up + {config.repeat} timed runs each) "
+        f"in {result.phase_seconds['replay']:.1f}s"
+    )
     if config.probe:
         with phase("probe"):
             try:
@@ -254,7 +285,8 @@ def process_model(
     result.status = _status(result.observations)
     if result.status != STATUS_OK:
         result.error = next((o.error for o in result.observations if o.error), None)
-    progress(f"{entry.name}: {result.status}")
+    total = sum(v for k, v in result.phase_seconds.items() if k != "script")
+    progress(f"{entry.name}: {result.status} ({total:.1f}s)")
     return result
 
 

@@ -124,6 +124,7 @@ class Settings:
     token: str = field(default="", repr=False)
     out_dir: str = "observer-ci-out"
     dry_run: bool = False
+    verbose: bool = False  # show third-party warnings in the job log
     repeat: int = 10
     timeout_minutes: float = 60.0  # per run of the scripts (head, base) and for install
     github_api_url: str = "https://api.github.com"
@@ -173,6 +174,7 @@ class Settings:
             token=get("INPUT_TOKEN") or get("GITHUB_TOKEN"),
             out_dir=get("INPUT_OUT", "observer-ci-out"),
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
+            verbose=_bool("verbose", env.get("INPUT_VERBOSE"), False),
             repeat=_repeat(get("INPUT_REPEAT", "10")),
             github_api_url=get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
             github_server_url=get("GITHUB_SERVER_URL", "https://github.com").rstrip("/"),

@@ -72,7 +72,13 @@ def run_scripts_subprocess(
         label,
         "--repeat",
         str(settings.repeat),
+        # one tolerance set: the child's SUCCESS uses the thresholds the gate uses
+        "--atol",
+        repr(settings.thresholds.abs_max),
+        "--rtol",
+        repr(settings.thresholds.rel_max),
         "--no-gate",
+        *(["--verbose"] if settings.verbose else []),
     ]
     child_env = without_tokens(os.environ if env is None else env)
     if pythonpath:

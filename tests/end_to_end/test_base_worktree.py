@@ -1,6 +1,7 @@
 """baseline: base — the same scripts run on the PR's base commit in a git worktree."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -102,7 +103,7 @@ def test_base_commit_runs_in_a_worktree_and_node_growth_fails_the_build(pr_repo,
     assert head_nodes > 2 * base_nodes
     assert "::error title=observer-ci%3A net%3A node_count_growth" in proc.stdout
     report = (out / "report.md").read_text()
-    assert "Compared with baseline" in report
+    assert re.search(r"(Head `[0-9a-f]{7}` vs|Compared with) base", report), report[:400]
     assert escape_text("node_count_growth") in report
     assert "status<<" in (tmp_path / "output.txt").read_text()
     assert "failure" in (tmp_path / "output.txt").read_text()

@@ -248,7 +248,7 @@ def test_fork_payload_is_published_once_the_api_confirms_the_pull_request(
     assert "observer-ci (fork-leg)" in body.splitlines()[1]
     assert "FORGED" not in body  # re-rendered from results.json
     assert "script&#95;failed" in body or "script_failed" in body
-    assert "&lt;img src=x onerror=alert(1)&gt;" in body and "<img" not in body
+    assert "&lt;img src=x onerror=alert(1)>" in body and "<img" not in body
     assert "@octocat" not in body and f"@{ZWJ}octocat" in body
     assert "\n::warning" not in run.stdout  # the hostile text issued no workflow command
     assert "actions/runs/901" in body  # the run that produced the results

@@ -50,7 +50,7 @@ def test_compare_writes_report_but_not_results(tmp_path):
     assert main(["compare", str(base), str(head), "--out", str(out)]) == 0  # node growth warns
     report = (out / "report.md").read_text()
     assert report.startswith("<!-- observer-ci:sticky-comment -->")
-    assert "count&#95;growth" in report
+    assert "node_count_growth" in report
     assert not (out / "results.json").exists()
 
 

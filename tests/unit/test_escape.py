@@ -1,112 +1,179 @@
-"""Escaping of untrusted text for the Markdown PR comment."""
+"""Escaping of untrusted text: safe as GitHub renders it, and still readable as raw Markdown."""
 
 from __future__ import annotations
 
-import pandas as pd
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from observer_ci.escape import (
     TRUNCATED_NOTE,
     ZWJ,
     code_block,
     escape_cell,
+    escape_html,
     escape_text,
     neutralise_mentions,
     truncate,
 )
+from observer_ci.report_format import markdown_table
+from tests.support.markdown import MENTION_RE, parse
 
 EVIL = "x|y<script>@octocat"
+# Characters that matter to Markdown, HTML, tables, mentions and commands, plus any text.
+_SPECIAL = "|<>&*_`[]()!~\\#-+=.:;@/ \n\t\r1aZé\u200d\x00\u202e"
+untrusted = st.one_of(
+    st.text(),
+    st.text(alphabet=st.sampled_from(list(_SPECIAL)), max_size=40),
+    st.lists(
+        st.sampled_from(
+            [
+                "**b**",
+                "_e_",
+                "__init__",
+                "`c`",
+                "[l](http://e.x)",
+                "<b>",
+                "&lt;",
+                "&#60;",
+                "@me",
+                "~~s~~",
+                "\\",
+                "\\|",
+                "|",
+                "\n",
+                "\n\n",
+                "    ",
+                "# ",
+                "- ",
+                "1. ",
+                "> ",
+                "::",
+                "/",
+            ]
+        ),
+        max_size=8,
+    ).map("".join),
+)
+_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
+_ALLOWED_IN_TABLE = {"table", "thead", "tbody", "tr", "th", "td", "br"}
 
 
-def test_escape_text_blocks_html_pipes_and_mentions():
-    out = escape_text(EVIL)
-    assert "<" not in out and ">" not in out
-    assert "|" not in out
-    assert "&lt;script&gt;" in out
-    assert "@octocat" not in out
-    assert f"@{ZWJ}octocat" in out
+def _words(text: str) -> str:
+    """Text as a reader sees it: no control or zero-width joiner, whitespace collapsed."""
+    text = _CONTROL_RE.sub("", text.replace("\r", "\n")).replace(ZWJ, "")
+    return " ".join(text.split())
 
 
-def test_ampersand_is_escaped_first_so_entities_stay_literal():
-    assert escape_text("a&lt;b") == "a&amp;lt;b"
-    assert escape_text("R&D") == "R&amp;D"
+def _table(cell: str) -> str:
+    return f"| a | b |\n|---|---|\n| {cell} | z |\n"
 
 
-@pytest.mark.parametrize("char", ["`", "*", "_", "[", "]", "|", "~", "\\"])
-def test_markdown_control_characters_become_entities(char):
-    out = escape_text(f"a{char}b{char}c")
-    assert char not in out
-    assert out.startswith("a&#") and out.count("&#") == 2
+@settings(deadline=None, max_examples=150)
+@given(untrusted)
+def test_a_cell_adds_no_element_column_or_mention_and_reads_as_written(text):
+    parsed = parse(_table(escape_cell(text)))
+    assert set(parsed.tags) <= _ALLOWED_IN_TABLE, parsed.tags
+    assert parsed.tables == [[2, 2]]  # header and one row, two cells each
+    assert not MENTION_RE.search(parsed.all_text)
+    one_line = parse(_table(escape_cell(text, newline=" ")))
+    assert _words(one_line.cell_text[2]) == _words(text)  # the reader sees the original
 
 
-def test_leading_block_markers_are_escaped_but_cross_refs_are_kept():
-    out = escape_text("# title\n- item\n1. first\nsee #123")
-    lines = out.split("\n")
-    assert lines[0].startswith("&#35;")
-    assert lines[1].startswith("&#45;")
-    assert lines[2] == "1&#46; first"
-    assert lines[3] == "see #123"
+@settings(deadline=None, max_examples=150)
+@given(untrusted)
+def test_a_paragraph_adds_no_element_or_mention_and_reads_as_written(text):
+    parsed = parse("Before.\n\n" + escape_text(text) + "\n\nAfter.\n")
+    assert set(parsed.tags) <= {"p", "br"}, parsed.tags
+    assert not MENTION_RE.search(parsed.all_text)
+    assert _words(parsed.all_text) == _words("Before. " + text + " After.")
+
+
+@settings(deadline=None, max_examples=100)
+@given(untrusted, untrusted)
+def test_a_code_block_stays_one_closed_block(text, summary):
+    parsed = parse(code_block(text, summary, max_chars=10_000) + "\n\nAfter.\n")
+    assert parsed.tags == ["details", "summary", "pre", "p"], parsed.tags
+    assert not MENTION_RE.search(parsed.all_text)
+    assert _words(parsed.all_text) == _words(f"{summary} {text} After.")
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(st.lists(untrusted, min_size=3, max_size=3), min_size=1, max_size=4))
+def test_a_table_keeps_its_column_count(rows):
+    parsed = parse(markdown_table(["x", "y", "z"], rows))
+    assert parsed.tables == [[3] * (len(rows) + 1)]
+    assert set(parsed.tags) <= _ALLOWED_IN_TABLE
+
+
+def test_only_what_can_do_harm_is_escaped():
+    assert escape_cell("past_key_values_key_cache_0 > 0.1, a-b: c.d (e) #12") == (
+        "past_key_values_key_cache_0 > 0.1, a-b: c.d (e) #12"
+    )
+    assert escape_cell("__init__ *x* `y` [z](w) ~~s~~") == (
+        "\\_\\_init\\_\\_ \\*x\\* \\`y\\` \\[z](w) \\~\\~s\\~\\~"
+    )
+    assert escape_cell("a|b <b> R&D &lt; C:\\dir \\*") == (
+        "a\\|b &lt;b> R&D &amp;lt; C:\\dir \\\\\\*"
+    )
+
+
+def test_mentions_and_command_lines_are_neutralised():
+    assert neutralise_mentions("@a and @org/team") == f"@{ZWJ}a and @{ZWJ}org/team"
+    assert escape_text("/deploy now\n::error::x") == f"{ZWJ}/deploy now\n{ZWJ}::error::x"
+    assert escape_html("ok\n  /approve") == f"ok\n{ZWJ}  /approve"
+
+
+def test_line_starts_that_open_blocks_are_escaped_but_cross_refs_are_kept():
+    out = escape_text("# title\n- item\n1. first\n    code\nsee #123")
+    assert out.split("\n") == ["\\# title", "\\- item", "1\\. first", "code", "see #123"]
 
 
 def test_escape_text_keeps_newlines_and_drops_control_characters():
-    out = escape_text("a\r\nb\x00c\u202ed")
-    assert out == "a\nbcd"
+    assert escape_text("a\r\nb\x00c\u202ed") == "a\nbcd"
 
 
 def test_escape_cell_is_one_line():
     out = escape_cell("line one\n\n  line two\r\nthree|four")
-    assert "\n" not in out
-    assert out == "line one<br>line two<br>three&#124;four"
+    assert out == "line one<br>line two<br>three\\|four"
     assert escape_cell("a\nb", newline=" ") == "a b"
 
 
 def test_escape_cell_truncates_raw_text_before_escaping():
-    out = escape_cell("<" * 50, max_chars=10)
-    assert out == "&lt;" * 9 + "…"
+    assert escape_cell("<" * 50, max_chars=10) == "&lt;" * 9 + "…"
     assert escape_cell(None) == ""
-
-
-def test_escaped_cells_cannot_break_a_table():
-    cells = [EVIL, "a\nb|c", "`code`|*x*", "[link](http://x)"]
-    frame = pd.DataFrame([[escape_cell(c) for c in cells]], columns=["a", "b", "c", "d"])
-    lines = frame.to_markdown(index=False, disable_numparse=True).splitlines()
-    assert len(lines) == 3
-    assert {line.count("|") for line in lines} == {5}
-
-
-def test_neutralise_mentions_every_at_sign():
-    assert neutralise_mentions("@a and @org/team") == f"@{ZWJ}a and @{ZWJ}org/team"
 
 
 def test_truncate():
     assert truncate("abcdef", 4) == "abc…"
     assert truncate("abcdef", 4, keep="tail") == "…def"
-    assert truncate("abc", 4) == "abc"
+    assert truncate("abc", 3) == "abc"
+    assert truncate("abcd", 1) == "…"
     assert truncate("abc", 0) == ""
 
 
 def test_code_block_escapes_and_cannot_be_closed_early():
     text = "Traceback\n</pre></details><img src=x onerror=alert(1)>\n@octocat broke it"
     out = code_block(text, "Error <b>@you</b>")
-    assert out.startswith("<details><summary>Error &lt;b&gt;@\u200dyou&lt;/b&gt;</summary>")
+    assert out.startswith(f"<details><summary>Error &lt;b>@{ZWJ}you&lt;/b></summary>")
     assert out.endswith("</pre>\n\n</details>")
     assert out.count("</pre>") == 1 and out.count("<img") == 0
-    assert "@octocat" not in out
     assert TRUNCATED_NOTE not in out
 
 
-def test_code_block_caps_length_and_keeps_the_tail():
+def test_code_block_caps_length_and_keeps_the_chosen_end():
     text = "\n".join(f"frame {i}" for i in range(2000)) + "\nValueError: the real cause"
     out = code_block(text, max_chars=500)
-    assert TRUNCATED_NOTE in out
-    assert "ValueError: the real cause" in out
-    assert "frame 0\n" not in out
-    assert len(out) < 700
+    assert f"{TRUNCATED_NOTE} ({len(text) - 500:,} characters omitted)" in out
+    assert "ValueError: the real cause" in out and "frame 0\n" not in out
     head = code_block(text, max_chars=500, keep="head")
     assert "frame 0\n" in head and "the real cause" not in head
 
 
-def test_escaping_is_deterministic():
-    text = EVIL + "\n# x *y* _z_ `w`"
-    assert escape_text(text) == escape_text(text)
-    assert code_block(text * 100, max_chars=50) == code_block(text * 100, max_chars=50)
+@pytest.mark.parametrize("char", ["|", "*", "`", "[", "~", "<"])
+def test_each_structural_character_is_escaped_where_it_would_act(char):
+    out = escape_cell(f"a{char}b")
+    assert out != f"a{char}b"
+    assert _words(parse(_table(out)).cell_text[2]) == f"a{char}b"

@@ -1,10 +1,14 @@
 """Render report.md as GitHub would (CommonMark + tables, raw HTML allowed) and inspect it."""
 
-from html.parser import HTMLParser
+from __future__ import annotations
 
-from markdown_it import MarkdownIt
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from observer_ci.report import render_report
+from observer_ci.report_chart import MAX_CHART_MODELS, latency_chart
 from observer_ci.results import (
     ExportResult,
     InputInfo,
@@ -14,33 +18,25 @@ from observer_ci.results import (
     RunResults,
 )
 from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare
+from tests.support.markdown import MENTION_RE, parse, render_html
 
 HOSTILE = "x|y<script>alert(1)</script> @octocat **bold** [link](http://evil.example)"
+MERMAID_HOSTILE = 'a"] ; %%{init: {"theme":"x"}}%%\n```\nclick A call evil()'
 
 
-class Collector(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[str] = []
-        self.tables: list[list[int]] = []  # per table, the cell count of each row
-        self.text: list[str] = []
-        self._cells = 0
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        if tag == "table":
-            self.tables.append([])
-        if tag == "tr":
-            self._cells = 0
-        if tag in ("td", "th"):
-            self._cells += 1
-
-    def handle_endtag(self, tag):
-        if tag == "tr":
-            self.tables[-1].append(self._cells)
-
-    def handle_data(self, data):
-        self.text.append(data)
+def obs(index: int, ort: float = 1e-3, torch: float = 4e-3, **kw) -> ObservationResult:
+    return ObservationResult(
+        index=index,
+        ok=True,
+        success=True,
+        abs=1e-7,
+        rel=1e-6,
+        ort_latency_s=ort,
+        torch_latency_s=torch,
+        ort_latencies_s=[ort * 0.9, ort, ort * 1.2],
+        torch_latencies_s=[torch, torch],
+        **kw,
+    )
 
 
 def hostile_results() -> RunResults:
@@ -51,48 +47,189 @@ def hostile_results() -> RunResults:
         error="RuntimeError: " + HOSTILE + "\n| broken | table |\n<img src=x onerror=alert(1)>",
         inputs=[InputInfo(HOSTILE, "torch.float32", [[2, 3], None], [0])],
         export=ExportResult(
-            ok=True, node_count=3, input_names=[HOSTILE], input_dims={HOSTILE: ["s0", 3]}
+            ok=True, node_count=3, input_names=[HOSTILE], input_dims={HOSTILE: [HOSTILE, 3]}
         ),
         observations=[
             ObservationResult(index=0, ok=False, error=HOSTILE, inputs=HOSTILE, outputs=HOSTILE),
-            ObservationResult(index=1, ok=True, success=True, abs=0.0, rel=0.0, ort_latency_s=1e-3),
+            obs(1),
         ],
         probe=ProbeResult(ran=True, ok=False, error=HOSTILE, shapes={HOSTILE: [5, 3]}),
         notes=[HOSTILE],
+        dynamic_shapes=HOSTILE,
     )
-    return RunResults(models=[model], environment={"torch": HOSTILE}, label="head")
+    healthy = ModelResult(
+        name="mlp_classifier",
+        script="examples/mlp_classifier.py",
+        status="ok",
+        export=ExportResult(ok=True, node_count=4, input_names=["x"], input_dims={"x": ["s77"]}),
+        observations=[obs(0, ort=2e-3)],
+    )
+    return RunResults(
+        models=[healthy, model], environment={"torch": HOSTILE, "notes": [HOSTILE]}, label="head"
+    )
 
 
-def render() -> tuple[str, Collector]:
+def render(base: RunResults | None = None) -> tuple[str, str]:
     head = hostile_results()
-    regressions = compare(head, None, Thresholds(), set(DEFAULT_FAIL_ON))
-    markdown = render_report(head, regressions)
-    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
-    parsed = Collector()
-    parsed.feed(html)
-    return html, parsed
+    regressions = compare(head, base, Thresholds(), set(DEFAULT_FAIL_ON))
+    markdown = render_report(head, regressions, base)
+    return markdown, render_html(markdown)
 
 
 def test_untrusted_text_injects_no_html_elements():
-    html, parsed = render()
+    markdown, html = render()
+    parsed = parse(markdown)
     assert "script" not in parsed.tags and "img" not in parsed.tags
     assert 'href="http://evil.example"' not in html  # no link from [link](...)
     assert "<strong>bold</strong>" not in html
-    text = "".join(parsed.text)
-    assert "<script>alert(1)</script>" in text  # shown as text, literally
-    assert "x|y" in text  # the pipe stayed inside its cell (GFM drops cells past the header)
+    assert "<script>alert(1)</script>" in parsed.all_text  # shown as text, literally
+    assert "x|y" in parsed.all_text  # the pipe stayed inside its cell
 
 
 def test_tables_keep_their_shape():
-    _, parsed = render()
-    assert len(parsed.tables) >= 3  # regressions, inputs, observations
+    parsed = parse(render()[0])
+    assert len(parsed.tables) >= 4  # summary, regressions, inputs, calls
     # every row has as many cells as its header: no '|' or newline broke out of a cell
     for rows in parsed.tables:
         assert len(rows) >= 2 and len(set(rows)) == 1, rows
 
 
 def test_mentions_are_neutralised():
-    _, parsed = render()
-    text = "".join(parsed.text)
-    assert "@octocat" not in text
-    assert "@\u200docto" in text
+    parsed = parse(render()[0])
+    assert not MENTION_RE.search(parsed.all_text)
+    assert "@\u200docto" in parsed.all_text
+
+
+def test_summary_table_comes_before_the_first_details_and_legend_is_collapsed():
+    markdown, html = render()
+    assert html.index("<table>") < html.index("<details>")
+    assert "<th>worst abs</th>" in html.split("</table>")[0]
+    legend = re.search(r"<details><summary>How to read this report[^<]*</summary>", html)
+    assert legend is not None and "abs ≤ 0.001" in html[legend.end() :]
+    assert "&#95;" not in markdown
+    assert "mlp_classifier" in markdown  # raw Markdown stays readable
+
+
+def test_every_model_detail_is_collapsed():
+    markdown, _ = render()
+    details = markdown[markdown.index("### Details") :]
+    blocks = re.findall(r"^<details><summary>(?:✅|⚠️|❌) ", details, re.MULTILINE)
+    assert len(blocks) == 2
+    failing = details.index("❌ x|y&lt;script>")
+    assert failing < details.index("✅ mlp_classifier")  # failing models first
+    before = markdown[: markdown.index("### Details")]
+    assert "**Export:**" not in before and "| call |" not in before
+
+
+# -- the Mermaid chart ---------------------------------------------------------------------
+
+_LABEL = r'"[A-Za-z0-9 ._-]+"'
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+_LINES = [
+    re.compile(r"^xychart-beta$"),
+    re.compile(r'^    title "[^"\n]+"$'),
+    re.compile(rf"^    x-axis \[{_LABEL}(?:, {_LABEL})*\]$"),
+    re.compile(rf'^    y-axis "[^"\n]+" 0 --> {_NUMBER}$'),
+    re.compile(rf"^    bar \[{_NUMBER}(?:, {_NUMBER})*\]$"),
+    re.compile(rf"^    line \[{_NUMBER}(?:, {_NUMBER})*\]$"),
+]
+
+
+def assert_valid_xychart(block: str) -> tuple[list[str], list[list[float]]]:
+    """Checks the xychart-beta grammar line by line; returns labels and series."""
+    lines = block.split("\n")
+    assert lines[0] == "```mermaid" and lines[-1] == "```"
+    body = lines[1:-1]
+    assert 5 <= len(body) <= 6
+    for line, pattern in zip(body, _LINES):
+        assert pattern.match(line), line
+    labels = re.findall(r'"([^"]+)"', body[2])
+    series = [[float(v) for v in re.findall(_NUMBER, line.split("[")[1])] for line in body[4:]]
+    top = float(body[3].rsplit(" ", 1)[1])
+    for values in series:
+        assert len(values) == len(labels)
+        assert all(0 <= v <= top for v in values)
+    return labels, series
+
+
+def test_chart_is_valid_mermaid_with_hostile_names():
+    head = hostile_results()
+    head.models[1].name = MERMAID_HOSTILE
+    chart = latency_chart(head)
+    labels, series = assert_valid_xychart(chart)
+    assert labels == ["mlp_classifier", "a_ _ _init_ _the.."]
+    assert series == [[50.0, 25.0]]  # ORT as percent of torch: 2/4 ms and 1/4 ms
+    assert chart.count("```") == 2 and "%%" not in chart and "click" not in chart.split("[")[1]
+
+
+def test_chart_compares_base_and_head_and_appears_in_the_report():
+    base = hostile_results()
+    base.models[0].observations = [obs(0, ort=1e-3)]
+    markdown, _ = render(base)
+    block = re.search(r"```mermaid\n.*?\n```", markdown, re.DOTALL)
+    assert block is not None
+    labels, series = assert_valid_xychart(block.group(0))
+    assert len(labels) == 2 and series[0] == [50.0, 25.0] and series[1] == [25.0, 25.0]
+    assert markdown.index("```mermaid") < markdown.index("### Details")
+
+
+def test_chart_is_omitted_when_it_says_nothing_or_does_not_fit():
+    one = RunResults(models=[hostile_results().models[0]])
+    assert latency_chart(one) == ""  # one model, no base: the table says it all
+    crowd = hostile_results().models[0]
+    many = RunResults(
+        models=[ModelResult(**{**crowd.__dict__, "name": f"m{i}"}) for i in range(13)]
+    )
+    assert MAX_CHART_MODELS == 12 and latency_chart(many) == ""
+    many.models = many.models[:12]
+    assert_valid_xychart(latency_chart(many))
+
+
+# -- any untrusted string, anywhere --------------------------------------------------------
+
+
+def results_naming_everything(text: str) -> RunResults:
+    """Every untrusted field of a failing and a passing model holds ``text``."""
+    failing = ModelResult(
+        name="x" + text,
+        script="s" + text,
+        status="ort_failed",
+        error="E" + text,
+        notes=["n" + text],
+        inputs=[InputInfo("i" + text, "d" + text, [[2, 3]], [0])],
+        dynamic_shapes="D" + text,
+        export=ExportResult(ok=True, input_names=["i" + text], input_dims={"i" + text: ["b"]}),
+        observations=[
+            obs(0, inputs="I" + text, outputs="O" + text),
+            ObservationResult(index=1, ok=False, error="C" + text),
+        ],
+        probe=ProbeResult(ran=True, ok=False, error="P" + text, shapes={"i" + text: [5]}),
+    )
+    passing = ModelResult(
+        name="y" + text, script="t" + text, status="ok", observations=[obs(0, ort=2e-3)]
+    )
+    return RunResults(
+        models=[failing, passing], environment={"torch": "v" + text, "notes": ["w" + text]}
+    )
+
+
+def structure(results: RunResults) -> tuple[list[str], list[list[int]], str]:
+    regressions = compare(results, None, Thresholds(), set(DEFAULT_FAIL_ON))
+    parsed = parse(render_report(results, regressions))
+    return parsed.tags, parsed.tables, parsed.all_text
+
+
+BENIGN = structure(results_naming_everything("benign"))
+
+
+@settings(deadline=None, max_examples=30)
+@given(
+    st.text(max_size=60)
+    | st.text(alphabet=st.sampled_from(list("|<>&*_`[]!~\\#-@/:\n ")), max_size=60)
+)
+def test_no_untrusted_string_changes_the_report_structure(text):
+    tags, tables, all_text = structure(results_naming_everything(text))
+    benign_tags, benign_tables, _ = BENIGN
+    assert tags == benign_tags  # no element added, removed or moved
+    assert tables == benign_tables  # no column or row added
+    assert not MENTION_RE.search(all_text)
