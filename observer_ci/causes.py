@@ -286,11 +286,15 @@ def _constraint(text: str, exc: BaseException, observer: Any) -> Cause | None:
         leaf = _leaf_from_path(f"['{p.group(1)}']{p.group(2)}") if p else "?"
         dim = int(p.group(3)) if p else -1
     seen = observed_sizes(observer, leaf, dim)
-    shown = f" (observed sizes {', '.join(map(str, seen))})" if seen else ""
+    if len(seen) == 1:
+        marked = f"is marked dynamic but was {seen[0]} in every call, yet"
+    else:
+        marked = "varied across the observed calls" + (
+            f" (observed sizes {', '.join(map(str, seen))})" if seen else ""
+        ) + ", but"
     return Cause(
         CONSTRAINT_VIOLATION,
-        f"input {leaf} dim {dim} varied across the observed calls{shown}, but the model "
-        f"code fixes it to {size} while tracing",
+        f"input {leaf} dim {dim} {marked} the model code fixes it to {size} while tracing",
         f"find the code that compares {leaf}.shape[{dim}] with a constant or builds a fixed "
         "shape from it and derive it from the input instead; if the size is really fixed, "
         "observe calls with that one size",
@@ -324,6 +328,13 @@ _NODE_RE = re.compile(
 )
 
 
+# "/onnxruntime_src/…/element_wise_ops.h:689 onnxruntime::Broadcaster::Broadcaster(…) "
+_ORT_SOURCE_RE = re.compile(r"^/\S+:\d+ \S+?\(.*?\)\s+")
+
+# Causes that do not depend on the observed call used as export sample.
+SAMPLE_INDEPENDENT = frozenset({DATA_DEPENDENT, UNSUPPORTED_OP, UNREGISTERED_TYPE})
+
+
 def explain_ort_failure(
     text: str,
     *,
@@ -346,7 +357,10 @@ def explain_ort_failure(
             "set_batch_dimension_for) so the export makes it dynamic",
         )
     node = _NODE_RE.search(text)
-    where = f" in a {node.group(1)} node ({node.group(2)}): {node.group(3)}" if node else ""
+    where = ""
+    if node:
+        message = _ORT_SOURCE_RE.sub("", node.group(3)).strip().rstrip(".")
+        where = f" in a {node.group(1)} node ({node.group(2)}): {message}"
     summary = f"onnxruntime failed{on}{where or ': ' + error_headline(text, 160)}"
     if stand_ins:
         shown = ", ".join(f"{n} (fed as {'×'.join(map(str, s))})" for n, s in stand_ins[:4])
@@ -400,3 +414,16 @@ def explain_probe_failure(text: str, broken: Sequence[BrokenDim]) -> Cause:
         summary += f" (observed: {seen})"
         step = f"observe calls covering the sizes of {b.name} the file must accept"
     return Cause(PROBE_FAILURE, summary, step)
+
+
+def explain_probe_mismatch(shapes: dict[str, list[int]], abs_error: float | None) -> Cause:
+    """onnxruntime ran on unseen sizes but disagrees with torch."""
+    shown = ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in list(shapes.items())[:4])
+    error = f" (max abs error {abs_error:.3g})" if abs_error is not None else ""
+    return Cause(
+        PROBE_FAILURE,
+        f"at sizes never observed ({shown}) onnxruntime and torch disagree{error}: the graph "
+        "kept what the export sample's sizes decided (a branch on a size, a clamp, a slice)",
+        "look for code that branches on a size (`if x.shape[0] == ...`) and make it "
+        "size-independent or use torch.cond; observe calls that take every branch",
+    )

@@ -12,7 +12,7 @@ from typing import Any
 import onnx
 import torch
 
-from observer_ci.causes import explain_exception
+from observer_ci.causes import SAMPLE_INDEPENDENT, explain_exception
 from observer_ci.constants import DEFAULT_OPSET
 from observer_ci.dim_names import name_dims, name_onnx_axes
 from observer_ci.errors import error_tail
@@ -81,6 +81,8 @@ def export_observed(
         except Exception as e:
             failures.append(f"call {index}: {error_tail(e)}")
             first_error = first_error or e
+            if explain_exception(e, observer=observer).kind in SAMPLE_INDEPENDENT:
+                break  # another sample fails the same way
             continue
         notes = _name_axes(onnx_path, observer, set_batch_dimension_for) if named_dims else []
         result = describe_onnx(onnx_path)

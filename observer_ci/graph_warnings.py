@@ -108,12 +108,13 @@ def _stand_ins(model: ModelResult) -> list[GraphWarning]:
             for info in model.inputs
             if obs.index < len(info.shapes) and info.shapes[obs.index] is None
         ]
+        outcome = "the row matched torch" if obs.success else "the row did not match torch"
         found.append(
             GraphWarning(
                 STAND_IN_INPUT,
                 f"call {obs.index} did not pass {_listed(absent) or 'some inputs'}: its row "
                 "was replayed with an empty stand-in (size 0 on a dynamic dim), not with what "
-                "the model saw",
+                f"the model saw ({outcome})",
                 "if the model treats None and empty differently, pass the input in every "
                 "call, or give observe(..., missing={name: value}) a stand-in",
             )

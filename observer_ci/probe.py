@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from observer_ci.causes import BrokenDim, explain_probe_failure
+from observer_ci.causes import BrokenDim, explain_probe_failure, explain_probe_mismatch
 from observer_ci.diff import flatten_outputs, max_diff
 from observer_ci.dim_names import dim_classes
 from observer_ci.errors import error_tail
@@ -135,15 +135,17 @@ def run_probe(
                 cause=explain_probe_failure(error_tail(e), broken),
             )
         diff = max_diff(expected, got)
+        within = diff.within(atol, rtol)
         return ProbeResult(
             ran=True,
             ok=diff.comparable,
-            success=diff.within(atol, rtol),
+            success=within,
             error="; ".join(diff.errors) or None,
             shapes=shapes,
             abs=diff.abs,
             rel=diff.rel,
             reason=label,
+            cause=None if within else explain_probe_mismatch(shapes, diff.abs),
         )
     return ProbeResult(
         ran=False,
