@@ -33,7 +33,6 @@ from observer_ci.results import (
     STATUS_ORT_FAILED,
     STATUS_PROBE_FAILED,
     STATUS_SCRIPT_FAILED,
-    InputInfo,
     ModelResult,
     ObservationResult,
     RunResults,
@@ -200,11 +199,10 @@ def process_model(
     phase = _Phases(result)
     with phase("infer"):
         try:
+            result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
             names = name_dims(obs, entry.set_batch_dimension_for)
-            result.inputs = [
-                InputInfo(s.name, s.dtype, s.shapes, s.dynamic_dims, [n[d] for d in s.dynamic_dims])
-                for s, n in zip(obs.input_summaries(entry.set_batch_dimension_for), names)
-            ]
+            for info, named in zip(result.inputs, names):
+                info.dim_names = [named[d] for d in info.dynamic_dims]
             result.dynamic_shapes = repr(
                 obs.infer_dynamic_shapes(entry.set_batch_dimension_for, named=True)
             )
