@@ -193,13 +193,8 @@ def name_onnx_axes(
             wanted = per_leaf[j].get(d)
             if wanted is None:
                 continue
-            if not dim.dim_param:
-                notes.append(
-                    f"{value.name} dim {d} ({wanted}) is static ({dim.dim_value}) in the ONNX file"
-                )
-                continue
-            symbol = dim.dim_param
-            if not SYMBOL_RE.fullmatch(symbol):
+            symbol = dim.dim_param  # a static dim is a warning (graph_warnings.py)
+            if not symbol or not SYMBOL_RE.fullmatch(symbol):
                 continue
             if mapping.setdefault(symbol, wanted) != wanted:
                 notes.append(

@@ -162,6 +162,11 @@ def test_script_that_raises_keeps_models_observed_before(tmp_path):
     failed = by_status[STATUS_SCRIPT_FAILED]
     assert "RuntimeError: dataset @octocat" in failed.error and "half.py" in failed.error
     assert failed.error.startswith("Traceback") and "observer_ci" not in failed.error
+    assert failed.cause.kind == "script_error"
+    assert failed.cause.summary == "RuntimeError: dataset @octocat <b>not found</b>"
+    assert failed.cause.user_frame.endswith(
+        'half.py:9: raise RuntimeError("dataset @octocat <b>not found</b>")'
+    )
 
 
 def test_training_mode_with_dropout_is_a_discrepancy_with_a_note(tmp_path):
