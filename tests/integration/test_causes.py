@@ -113,6 +113,7 @@ def results(tmp_path_factory):
             "plain_pair",
         ),
         _observed(UsesZeta(), _two(3), "zeta"),
+        _observed(torch.nn.Linear(4, 2), [((torch.rand(3, 4),), {})], "single"),
         _observed(
             Masked(),
             [
@@ -303,3 +304,17 @@ def test_probe_failure_names_the_dim_and_the_size_seen_in_every_call(tmp_path):
         "the unseen-shape probe failed and batch_size (input dim 0) was 1 in every call "
         "(probed with 2): the graph may only work for batch_size = 1"
     )
+
+
+def test_one_observed_call_warns_which_shapes_the_file_accepts(results):
+    m = _model(results, "single")
+    assert m.status == "ok" and m.probe.reason == "no dynamic dimension to probe"
+    (warning,) = m.warnings
+    assert warning.rule == "single_call"
+    assert warning.message == (
+        "only one call was observed: every dim is static, the ONNX file accepts only input 3×4"
+    )
+    assert warning.next_step.startswith("observe at least two calls with different sizes")
+    report = _report(results, "single")
+    assert "| ⚠️ | single | single&#95;call |" in report
+    assert "no regression fails the build" in report
