@@ -360,7 +360,7 @@ def explain_ort_failure(
     where = ""
     if node:
         message = _ORT_SOURCE_RE.sub("", node.group(3)).strip().rstrip(".")
-        where = f" in a {node.group(1)} node ({node.group(2)}): {message}"
+        where = f" in the {node.group(1)} node {node.group(2)!r}: {message}"
     summary = f"onnxruntime failed{on}{where or ': ' + error_headline(text, 160)}"
     if stand_ins:
         shown = ", ".join(f"{n} (fed as {'×'.join(map(str, s))})" for n, s in stand_ins[:4])
@@ -426,4 +426,32 @@ def explain_probe_mismatch(shapes: dict[str, list[int]], abs_error: float | None
         "kept what the export sample's sizes decided (a branch on a size, a clamp, a slice)",
         "look for code that branches on a size (`if x.shape[0] == ...`) and make it "
         "size-independent or use torch.cond; observe calls that take every branch",
+    )
+
+
+def add_sample_difference(cause: Cause, inputs: Sequence[Any], call: int, sample: int) -> None:
+    """Names the input dims where a failing call differs from the export sample.
+
+    ``inputs`` are ``results.InputInfo`` (shapes per call, dynamic dims and their names).
+    Only for onnxruntime failures without a known culprit (no next step yet).
+    """
+    if cause.kind != ORT_FAILURE or cause.next_step is not None or call == sample:
+        return
+    diffs = []
+    for info in inputs:
+        shapes = info.shapes
+        if max(call, sample) >= len(shapes) or shapes[call] is None or shapes[sample] is None:
+            continue
+        for d, (got, exported) in enumerate(zip(shapes[call], shapes[sample])):
+            if got != exported:
+                named = dict(zip(info.dynamic_dims, info.dim_names)).get(d)
+                label = f"{info.name} dim {d}" + (f" ({named})" if named else "")
+                diffs.append(f"{label} {got} vs {exported}")
+    if not diffs:
+        return
+    shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+    cause.summary += f"; this call differs from the export sample (call {sample}) in {shown}"
+    cause.next_step = (
+        "the graph only works for sizes like the export sample's on those dims: look for code "
+        "that branches on them while tracing, or observe calls that make them vary"
     )

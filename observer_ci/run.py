@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from observer_ci import registry
-from observer_ci.causes import explain_exception, explain_script_error
+from observer_ci.causes import add_sample_difference, explain_exception, explain_script_error
 from observer_ci.dim_names import name_dims
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
@@ -271,6 +271,10 @@ def process_model(
     if result.status != STATUS_OK:
         result.error = next((o.error for o in result.observations if o.error), None)
         result.cause = next((o.cause for o in result.observations if o.cause), None)
+        sample = result.export.sample_index
+        for o in result.observations:
+            if o.cause is not None and sample is not None:
+                add_sample_difference(o.cause, result.inputs, o.index, sample)
     elif result.probe is not None and result.probe.ran and not result.probe.success:
         result.status, result.error = STATUS_PROBE_FAILED, result.probe.error
         result.cause = result.probe.cause

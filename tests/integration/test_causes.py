@@ -203,7 +203,7 @@ def test_onnxruntime_failure_on_a_call_names_the_stand_in(results):
     m = _model(results, "masked")
     assert m.status == STATUS_ORT_FAILED
     assert m.cause.kind == "ort_failure"
-    assert m.cause.summary.startswith("onnxruntime failed on call 0 in a Mul node")
+    assert m.cause.summary.startswith("onnxruntime failed on call 0 in the Mul node")
     # the stand-in takes the call's batch (2), not the last seen one (4)
     assert "This call did not pass mask (fed as 2×0)" in m.cause.summary
     assert "missing={'mask': value}" in m.cause.next_step

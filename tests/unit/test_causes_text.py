@@ -43,3 +43,24 @@ def test_library_frames_are_not_the_users_line():
         cause = explain_script_error(e)
     assert cause.kind == "script_error"
     assert cause.user_frame.endswith("torch.zeros(2) @ torch.zeros(3)  # raises inside torch")
+
+
+def test_node_failure_names_where_the_call_differs_from_the_export_sample():
+    from observer_ci.causes import add_sample_difference
+    from observer_ci.results import InputInfo
+
+    text = (
+        "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Expand "
+        "node. Name:'node_expand_3' Status Message: invalid expand shape"
+    )
+    cause = explain_ort_failure(text, call=1)
+    assert cause.summary == (
+        "onnxruntime failed on call 1 in the Expand node 'node_expand_3': invalid expand shape"
+    )
+    ids = InputInfo("input_ids", "torch.int64", [[2, 5], [2, 1]], [1], ["sequence_length"])
+    add_sample_difference(cause, [ids], call=1, sample=0)
+    assert cause.summary.endswith(
+        "this call differs from the export sample (call 0) in input_ids dim 1 "
+        "(sequence_length) 1 vs 5"
+    )
+    assert "branches on them while tracing" in cause.next_step
