@@ -8,6 +8,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from observer_ci import observe
+from observer_ci.artifact import parse_results
 from observer_ci.registry import take_registered
 from observer_ci.report import render_report
 from observer_ci.results import (
@@ -223,6 +224,8 @@ def test_warning_rules_gate_only_when_selected(results):
 def test_causes_round_trip_through_results_json(results, tmp_path):
     back = RunResults.read(results.write(tmp_path / "results.json"))
     assert back.to_dict() == results.to_dict()
+    # the publish job type-checks every field of an untrusted results.json
+    assert parse_results(results.to_dict(), "payload").to_dict() == results.to_dict()
     masked = back.by_name()["masked"]
     assert masked.cause.kind == "ort_failure" and masked.observations[0].cause is not None
     assert masked.warnings[0].rule == "stand_in_input"
