@@ -25,7 +25,9 @@ from typing import Any
 
 from observer_ci.results import (
     STATUSES,
+    Cause,
     ExportResult,
+    GraphWarning,
     InputInfo,
     ModelResult,
     ObservationResult,
@@ -246,7 +248,16 @@ def parse_results(data: Any, where: str) -> RunResults:
 
 # -- schema check driven by the results dataclasses ------------------------------------
 
-_SCHEMA_CLASSES = (RunResults, ModelResult, InputInfo, ExportResult, ObservationResult, ProbeResult)
+_SCHEMA_CLASSES = (
+    RunResults,
+    ModelResult,
+    InputInfo,
+    ExportResult,
+    ObservationResult,
+    ProbeResult,
+    Cause,
+    GraphWarning,
+)
 
 
 def _check_dataclass(cls: type, data: Any, path: str) -> None:

@@ -12,7 +12,9 @@ from typing import Any
 import onnx
 import torch
 
+from observer_ci.causes import SAMPLE_INDEPENDENT, explain_exception
 from observer_ci.constants import DEFAULT_OPSET
+from observer_ci.dim_names import name_dims, name_onnx_axes
 from observer_ci.errors import error_tail
 from observer_ci.observer import InputObserver
 from observer_ci.results import ExportResult
@@ -48,30 +50,43 @@ def export_observed(
     set_batch_dimension_for: Any = None,
     opset: int = DEFAULT_OPSET,
     max_samples: int = 3,
+    named_dims: bool = False,
 ) -> ExportResult:
     """Exports from the observer's inferred arguments and dynamic shapes; never raises.
 
     Model code sometimes branches on a size (``seq > 1``) and fails to trace on one
     sample; the next best observed calls are then tried as samples, up to ``max_samples``.
+    ``named_dims`` names the dynamic axes of the file (``batch_size``, ...: ``dim_names``).
     """
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     begin = time.perf_counter()
     failures: list[str] = []
+    first_error: BaseException | None = None
     try:
-        dynamic_shapes = observer.infer_dynamic_shapes(set_batch_dimension_for)
+        dynamic_shapes = observer.infer_dynamic_shapes(set_batch_dimension_for, named=named_dims)
         candidates = observer.export_candidates()[: max(1, max_samples)]
         module = as_module(model, method_name)
     except Exception as e:
-        return ExportResult(ok=False, error=error_tail(e), seconds=time.perf_counter() - begin)
+        return ExportResult(
+            ok=False,
+            error=error_tail(e),
+            seconds=time.perf_counter() - begin,
+            cause=explain_exception(e, observer=observer),
+        )
     for index in candidates:
         try:
             program = _export_one(module, observer.infer_arguments(index), dynamic_shapes, opset)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
             failures.append(f"call {index}: {error_tail(e)}")
+            first_error = first_error or e
+            if explain_exception(e, observer=observer).kind in SAMPLE_INDEPENDENT:
+                break  # another sample fails the same way
             continue
+        notes = _name_axes(onnx_path, observer, set_batch_dimension_for) if named_dims else []
         result = describe_onnx(onnx_path)
+        result.notes = notes
         result.seconds = time.perf_counter() - begin
         result.sample_index = index
         result.failed_samples = failures
@@ -81,7 +96,21 @@ def export_observed(
         error=failures[0].split(": ", 1)[1],  # the best sample's error; others in failed_samples
         seconds=time.perf_counter() - begin,
         failed_samples=failures,
+        cause=explain_exception(first_error, observer=observer) if first_error else None,
     )
+
+
+def _name_axes(onnx_path: Path, observer: InputObserver, set_batch_dimension_for: Any) -> list[str]:
+    """Gives torch's anonymous axes (``s23``) the observed dims' names, in the file."""
+    try:
+        proto = onnx.load(str(onnx_path), load_external_data=False)
+        per_leaf = name_dims(observer, set_batch_dimension_for)
+        mapping, notes = name_onnx_axes(proto, observer.leaf_names(), per_leaf)
+        if mapping:
+            onnx.save(proto, str(onnx_path))
+        return notes
+    except Exception as e:  # the anonymous file stays usable
+        return [f"dims left anonymous: naming them failed ({error_tail(e, 200)})"]
 
 
 def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:
@@ -129,6 +158,7 @@ def describe_onnx(onnx_path: str | Path) -> ExportResult:
             size += extra.stat().st_size
     node_count = len(proto.graph.node) + sum(len(f.node) for f in proto.functions)
     dims = {i.name: _dims(i) for i in proto.graph.input}
+    output_dims = {o.name: _dims(o) for o in proto.graph.output}
     return ExportResult(
         ok=True,
         opset=opset,
@@ -138,6 +168,7 @@ def describe_onnx(onnx_path: str | Path) -> ExportResult:
         input_names=[i.name for i in proto.graph.input],
         input_dims=dims,
         output_names=[o.name for o in proto.graph.output],
+        output_dims=output_dims,
     )
 
 

@@ -400,16 +400,26 @@ class InputObserver:
 
     # ------------------------------------------------------------------ inference
     def infer_dynamic_shapes(
-        self, set_batch_dimension_for: set[int | str] | bool | None = None
+        self,
+        set_batch_dimension_for: set[int | str] | bool | None = None,
+        *,
+        named: bool = False,
     ) -> tuple[Any, ...] | dict[str, Any]:
         """Dynamic shapes mirroring :meth:`infer_arguments`: a dim is dynamic if it varied.
 
         ``set_batch_dimension_for`` (True, or names/positions) also marks dim 0 dynamic;
-        unknown names raise.
+        unknown names raise. ``named=True`` gives each dynamic dim a name instead of
+        ``Dim.DYNAMIC`` (``batch_size``, ``sequence_length``, ...: see ``dim_names``);
+        ``torch.onnx.export`` accepts those strings and names the ONNX axes after them.
         """
         layout = self._layout()
-        dims = self.dynamic_dims(set_batch_dimension_for)
-        per_leaf = [dict.fromkeys(d, DYNAMIC) for d in dims]
+        if named:
+            from observer_ci.dim_names import name_dims
+
+            per_leaf: list[dict[int, Any]] = name_dims(self, set_batch_dimension_for)
+        else:
+            dims = self.dynamic_dims(set_batch_dimension_for)
+            per_leaf = [dict.fromkeys(d, DYNAMIC) for d in dims]
         it = iter(per_leaf)
         by_slot = {}
         for slot in layout.slots:
@@ -509,6 +519,9 @@ class InputObserver:
             model = seen[-1]
             dims = layout.dynamic[j]
             shape = list(model.shape)
+            for d in dims:  # e.g. the batch: take this call's size of the same dimension
+                size = _size_of_same_dim(layout, leaves, j, d)
+                shape[d] = shape[d] if size is None else size
             if dims:
                 shape[max(dims)] = 0
                 filled.append(torch.empty(shape, dtype=model.dtype, device=model.device))
@@ -581,6 +594,24 @@ class InputObserver:
             warmup=warmup,
             repeat=repeat,
         )
+
+
+def _size_of_same_dim(
+    layout: _Layout, leaves: list[torch.Tensor | None], j: int, d: int
+) -> int | None:
+    """This call's size of a dynamic dim equal to leaf ``j``'s dim ``d`` in every call."""
+    for k, t in enumerate(leaves):
+        if t is None or k == j:
+            continue
+        for e in layout.dynamic[k]:
+            pairs = [
+                (f[j].shape[d], f[k].shape[e])
+                for f in layout.flat
+                if f[j] is not None and f[k] is not None
+            ]
+            if pairs and all(a == b for a, b in pairs):
+                return int(t.shape[e])
+    return None
 
 
 class _Default:

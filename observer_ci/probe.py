@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
+from observer_ci.causes import BrokenDim, explain_probe_failure, explain_probe_mismatch
 from observer_ci.diff import flatten_outputs, max_diff
+from observer_ci.dim_names import dim_classes
 from observer_ci.errors import error_tail
 from observer_ci.observer import InputObserver
 from observer_ci.replay import match_feeds
@@ -123,17 +125,27 @@ def run_probe(
         try:
             got = session.run(None, match_feeds(onnx_inputs, names, flat))
         except Exception as e:
-            return ProbeResult(ran=True, ok=False, error=error_tail(e), shapes=shapes, reason=label)
+            broken = _broken_dims(observer, method, session, base, plan, set_batch_dimension_for)
+            return ProbeResult(
+                ran=True,
+                ok=False,
+                error=error_tail(e),
+                shapes=shapes,
+                reason=label,
+                cause=explain_probe_failure(error_tail(e), broken),
+            )
         diff = max_diff(expected, got)
+        within = diff.within(atol, rtol)
         return ProbeResult(
             ran=True,
             ok=diff.comparable,
-            success=diff.within(atol, rtol),
+            success=within,
             error="; ".join(diff.errors) or None,
             shapes=shapes,
             abs=diff.abs,
             rel=diff.rel,
             reason=label,
+            cause=None if within else explain_probe_mismatch(shapes, diff.abs),
         )
     return ProbeResult(
         ran=False,
@@ -141,3 +153,35 @@ def run_probe(
             "every planned size was already observed"
         ),
     )
+
+
+def _broken_dims(
+    observer: InputObserver,
+    method: Callable[..., Any],
+    session,
+    base: list[torch.Tensor],
+    plan: Plan,
+    set_batch_dimension_for: Any,
+) -> list[BrokenDim]:
+    """The named dims that break onnxruntime when only they take their planned size."""
+    names = observer.leaf_names()
+    onnx_inputs = [i.name for i in session.get_inputs()]
+    broken = []
+    for cls in dim_classes(observer, set_batch_dimension_for):
+        alone = {k: plan[k] for k in cls.keys if k in plan and plan[k] != base[k[0]].shape[k[1]]}
+        if not alone:
+            continue
+        flat = synthesize(base, alone)
+        args, kwargs = observer.call_arguments(flat)
+        try:
+            with torch.no_grad():
+                method(*args, **kwargs)
+        except Exception:
+            continue  # torch itself needs the other dims to move too
+        try:
+            session.run(None, match_feeds(onnx_inputs, names, flat))
+        except Exception:
+            axes = [f"{names[j]} dim {d}" for j, d in cls.keys]
+            seen = sorted({s for s in cls.sizes if s is not None})
+            broken.append(BrokenDim(cls.name, axes, next(iter(alone.values())), seen))
+    return broken

@@ -14,6 +14,7 @@ import onnxruntime as ort
 import torch
 
 from observer_ci import structure
+from observer_ci.causes import explain_ort_failure
 from observer_ci.diff import Diff, flatten_outputs, max_diff
 from observer_ci.errors import error_tail
 from observer_ci.results import ObservationResult
@@ -167,6 +168,9 @@ def replay_observation(
         row.ort_latency_s = statistics.median(row.ort_latencies_s)
     except Exception as e:
         row.error = error_tail(e) + _absent_hint(names, flat_observed)
+        row.cause = explain_ort_failure(
+            error_tail(e), call=index, stand_ins=_stand_ins(names, flat_observed, observer, index)
+        )
         return replay
     diff = max_diff(flatten_outputs(observation.outputs), replay.ort_outputs, hist=hist)
     replay.diff = diff
@@ -176,6 +180,19 @@ def replay_observation(
     if diff.errors:
         row.error = "; ".join(diff.errors)
     return replay
+
+
+def _stand_ins(
+    names: list[str], flat_observed: list[torch.Tensor | None], observer: InputObserver, index: int
+) -> list[tuple[str, list[int]]]:
+    """(name, shape fed) of the inputs this call did not pass."""
+    if all(t is not None for t in flat_observed):
+        return []
+    try:
+        filled = observer.infer_arguments(index, flat=True)
+    except Exception:
+        return [(n, []) for n, t in zip(names, flat_observed) if t is None]
+    return [(n, list(f.shape)) for n, t, f in zip(names, flat_observed, filled) if t is None]
 
 
 def _absent_hint(names: list[str], flat: list[torch.Tensor | None]) -> str:

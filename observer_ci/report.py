@@ -39,6 +39,7 @@ from observer_ci.results import (
     STATUS_DISCREPANCY,
     STATUS_OK,
     STATUSES,
+    Cause,
     ExportResult,
     InputInfo,
     ModelResult,
@@ -347,6 +348,8 @@ class _Renderer:
         parts = [model.name, model.status] + ([model.script] if model.script else [])
         summary = " · ".join(escape_html(truncate(" ".join(p.split()), 200)) for p in parts)
         blocks = [f"<details><summary>{_status_emoji(model.status)} {summary}</summary>"]
+        if model.cause is not None:
+            blocks.append(_cause_lines(model.cause))
         if model.notes:
             blocks.append("\n".join(f"- ⚠️ {_inline(n, 400)}" for n in model.notes))
         facts = [_export_line(model.export), _probe_line(model.probe), _phases_line(model)]
@@ -468,13 +471,31 @@ def _shapes_seen(info: InputInfo) -> str:
     return text or NONE
 
 
+def _dynamic_dims_cell(info: InputInfo) -> str:
+    """``0 (batch_size), 1 (sequence_length)``; plain indices without names."""
+    names = info.dim_names if len(info.dim_names) == len(info.dynamic_dims) else []
+    if not names:
+        return ", ".join(str(d) for d in info.dynamic_dims) or NONE
+    return ", ".join(f"{d} ({n})" for d, n in zip(info.dynamic_dims, names))
+
+
+def _cause_lines(cause: Cause) -> str:
+    """Cause, the user's line and the next step: what a reader should read first."""
+    lines = [f"**Cause:** {_inline(cause.summary, 500)}"]
+    if cause.user_frame:
+        lines.append(f"**Your code:** {_inline(cause.user_frame, 300)}")
+    if cause.next_step:
+        lines.append(f"**Next step:** {_inline(cause.next_step, 500)}")
+    return "  \n".join(lines)  # two trailing spaces: a hard line break
+
+
 def _inputs_table(inputs: list[InputInfo]) -> str:
     rows = [
         [
             info.name,
             info.dtype or NONE,
             _shapes_seen(info),
-            ", ".join(str(d) for d in info.dynamic_dims) or NONE,
+            _dynamic_dims_cell(info),
         ]
         for info in inputs
     ]

@@ -19,6 +19,7 @@ SCHEMA_VERSION = 1
 # Model statuses, from best to worst.
 STATUS_OK = "ok"
 STATUS_DISCREPANCY = "discrepancy"  # ORT ran but outputs differ beyond tolerance
+STATUS_PROBE_FAILED = "probe_failed"  # observed calls pass, an unseen size breaks the graph
 STATUS_ORT_FAILED = "ort_failed"  # export ok, onnxruntime failed on at least one observation
 STATUS_EXPORT_FAILED = "export_failed"
 STATUS_OBSERVE_FAILED = "observe_failed"  # inference of args / dynamic shapes failed
@@ -26,11 +27,31 @@ STATUS_SCRIPT_FAILED = "script_failed"  # the observation script raised
 STATUSES = (
     STATUS_OK,
     STATUS_DISCREPANCY,
+    STATUS_PROBE_FAILED,
     STATUS_ORT_FAILED,
     STATUS_EXPORT_FAILED,
     STATUS_OBSERVE_FAILED,
     STATUS_SCRIPT_FAILED,
 )
+
+
+@dataclass
+class Cause:
+    """Why something failed, in the user's terms, and what to change (``causes.py``)."""
+
+    kind: str  # data_dependent_branch, unsupported_op, unregistered_type, ..., unknown
+    summary: str  # one sentence: what broke
+    next_step: str | None = None  # what to change
+    user_frame: str | None = None  # "file.py:12: code" where the trace passes through user code
+
+
+@dataclass
+class GraphWarning:
+    """The graph works but is not what the user probably thinks (a warning rule)."""
+
+    rule: str  # a rule name of ``rules.RULE_TABLE``; ``fail_on`` can select it
+    message: str
+    next_step: str | None = None
 
 
 @dataclass
@@ -41,6 +62,7 @@ class InputInfo:
     dtype: str | None
     shapes: list[list[int] | None]  # one per observation, None where the input was absent
     dynamic_dims: list[int] = field(default_factory=list)
+    dim_names: list[str] = field(default_factory=list)  # one per dynamic dim (dim_names.py)
 
 
 @dataclass
@@ -58,6 +80,9 @@ class ExportResult:
     input_dims: dict[str, list[int | str]] = field(default_factory=dict)  # symbolic dims as str
     output_names: list[str] = field(default_factory=list)
     sample_index: int | None = None  # the observed call used as export sample
+    output_dims: dict[str, list[int | str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. axes that kept torch's symbols
+    cause: Cause | None = None  # why the export failed
     failed_samples: list[str] = field(default_factory=list)  # "call 2: <error>" tried before
 
 
@@ -80,6 +105,7 @@ class ObservationResult:
     ort_latencies_s: list[float] = field(default_factory=list)  # every timed run
     inputs: str = ""
     outputs: str = ""
+    cause: Cause | None = None  # why onnxruntime failed on this call
 
 
 @dataclass
@@ -94,6 +120,7 @@ class ProbeResult:
     shapes: dict[str, list[int]] = field(default_factory=dict)
     abs: float | None = None
     rel: float | None = None
+    cause: Cause | None = None  # which dim and size broke the graph
 
     @property
     def state(self) -> str:
@@ -122,6 +149,8 @@ class ModelResult:
     probe: ProbeResult | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # hints for the reader (training mode, ...)
+    cause: Cause | None = None  # why the model failed and what to change (first in the report)
+    warnings: list[GraphWarning] = field(default_factory=list)
 
     @property
     def median_ort_latency_s(self) -> float | None:
@@ -261,4 +290,9 @@ def _model_from_dict(data: dict[str, Any]) -> ModelResult:
     model.export = _build(ExportResult, data.get("export"))
     model.observations = [_build(ObservationResult, o) for o in data.get("observations", [])]
     model.probe = _build(ProbeResult, data.get("probe"))
+    model.cause = _build(Cause, data.get("cause"))
+    model.warnings = [_build(GraphWarning, w) for w in data.get("warnings", [])]
+    for part in (model.export, model.probe, *model.observations):
+        if part is not None and isinstance(part.cause, dict):
+            part.cause = _build(Cause, part.cause)
     return model

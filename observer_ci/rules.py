@@ -59,6 +59,13 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
+    # Warnings for a graph that is not what the user thinks (graph_warnings.py): they never
+    # gate by default; fail_on can select them.
+    Rule("single_call", "warning", False, "one call (or one set of shapes): every dim static"),
+    Rule("size_one_dim", "warning", False, "a dim that should be dynamic was 1 in every call"),
+    Rule("stand_in_input", "warning", False, "a replayed call used a stand-in for an input"),
+    Rule("dim_static_in_onnx", "warning", False, "an observed dynamic dim is static in ONNX"),
+    Rule("probe_seen_size", "warning", False, "the probe failed on a dim seen with one size"),
 )
 RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULE_TABLE}
 RULES: tuple[str, ...] = tuple(RULES_BY_NAME)
@@ -228,6 +235,7 @@ def _compare_model(
         found.extend(_dynamic_dims_lost(head, base, fail_on))
         found.extend(_latency(head, base, th, fail_on))
         found.extend(_node_count(head, base, th, fail_on))
+    found.extend(_graph_warnings(head, base, fail_on))
     return found
 
 
@@ -241,6 +249,17 @@ def _root_cause(symptoms: list[Regression]) -> Regression:
     also = "; ".join(r.message for r in others)
     message = f"{primary.message} (also: {also})"
     return dataclasses.replace(primary, message=message)
+
+
+def _graph_warnings(
+    head: ModelResult, base: ModelResult | None, fail_on: set[str]
+) -> list[Regression]:
+    """The warnings the runner stored on the model; one present in base never fails."""
+    old = {(w.rule, w.message) for w in base.warnings} if base is not None else set()
+    return [
+        _reg(head, w.rule, w.message, None, None, fail_on, preexisting=(w.rule, w.message) in old)
+        for w in head.warnings
+    ]
 
 
 def _reg(
@@ -267,7 +286,7 @@ def _failure(
     rule = _FAILURE_RULE.get(head.status)
     if rule is None:
         return None
-    detail = error_headline(_error_of(head))
+    detail = head.cause.summary if head.cause else error_headline(_error_of(head))
     base_status = base.status if base is not None else None
     if base is not None and _status_rank(base_status) >= _status_rank(head.status):
         if base_status == head.status:
@@ -435,7 +454,7 @@ def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Re
     if probe is None or not probe.ran or probe.success:
         return None
     state = probe.state
-    detail = error_headline(probe.error)
+    detail = probe.cause.summary if probe.cause else error_headline(probe.error)
     message = f"unseen-shape probe {state}" + (f": {detail}" if detail else "")
     old = base.probe if base is not None else None
     preexisting = old is not None and old.ran and not old.success

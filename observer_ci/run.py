@@ -16,9 +16,12 @@ from pathlib import Path
 import torch
 
 from observer_ci import registry
+from observer_ci.causes import add_sample_difference, explain_exception, explain_script_error
+from observer_ci.dim_names import name_dims
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
+from observer_ci.graph_warnings import graph_warnings
 from observer_ci.logs import log_group, quiet_third_party
 from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
@@ -29,6 +32,7 @@ from observer_ci.results import (
     STATUS_OBSERVE_FAILED,
     STATUS_OK,
     STATUS_ORT_FAILED,
+    STATUS_PROBE_FAILED,
     STATUS_SCRIPT_FAILED,
     ModelResult,
     ObservationResult,
@@ -108,6 +112,7 @@ def run_script(
                 script=script,
                 status=STATUS_SCRIPT_FAILED,
                 error=script_traceback(e, script),
+                cause=explain_script_error(e),
             )
             progress(f"{script} raised {type(e).__name__}: {e}")
     script_seconds = time.perf_counter() - begin
@@ -221,9 +226,15 @@ def process_model(
     with phase("infer"):
         try:
             result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
-            result.dynamic_shapes = repr(obs.infer_dynamic_shapes(entry.set_batch_dimension_for))
+            names = name_dims(obs, entry.set_batch_dimension_for)
+            for info, named in zip(result.inputs, names):
+                info.dim_names = [named[d] for d in info.dynamic_dims]
+            result.dynamic_shapes = repr(
+                obs.infer_dynamic_shapes(entry.set_batch_dimension_for, named=True)
+            )
         except Exception as e:
             result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
+            result.cause = explain_exception(e, observer=obs)
             progress(f"{entry.name}: cannot infer export inputs: {result.error}")
             return result
     progress(f"{entry.name}: exporting ({obs.num_obs()} calls observed)")
@@ -235,9 +246,13 @@ def process_model(
             onnx_path,
             method_name=entry.method_name,
             set_batch_dimension_for=entry.set_batch_dimension_for,
+            named_dims=True,
         )
+    result.notes.extend(result.export.notes)
     if not result.export.ok:
         result.status, result.error = STATUS_EXPORT_FAILED, result.export.error
+        result.cause = result.export.cause
+        result.warnings = graph_warnings(result)
         progress(f"{entry.name}: export failed: {(result.export.error or '')[-300:]}")
         return result
     progress(f"{entry.name}: exported in {result.export.seconds:.1f}s, replaying")
@@ -245,6 +260,7 @@ def process_model(
         session = make_session(onnx_path)
     except Exception as e:
         result.status, result.error = STATUS_ORT_FAILED, error_tail(e)
+        result.cause = explain_exception(e)
         return result
     method = getattr(entry.model, entry.method_name)
     with phase("replay"):
@@ -285,6 +301,15 @@ def process_model(
     result.status = _status(result.observations)
     if result.status != STATUS_OK:
         result.error = next((o.error for o in result.observations if o.error), None)
+        result.cause = next((o.cause for o in result.observations if o.cause), None)
+        sample = result.export.sample_index
+        for o in result.observations:
+            if o.cause is not None and sample is not None:
+                add_sample_difference(o.cause, result.inputs, o.index, sample)
+    elif result.probe is not None and result.probe.ran and not result.probe.success:
+        result.status, result.error = STATUS_PROBE_FAILED, result.probe.error
+        result.cause = result.probe.cause
+    result.warnings = graph_warnings(result)
     total = sum(v for k, v in result.phase_seconds.items() if k != "script")
     progress(f"{entry.name}: {result.status} ({total:.1f}s)")
     return result

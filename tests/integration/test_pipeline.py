@@ -64,6 +64,21 @@ def test_optional_input_absent_in_one_call_replays_with_empty_tensor(examples_ru
     assert "normalize" in enc.dynamic_shapes
 
 
+def test_encoder_inputs_share_named_dims_in_the_onnx_file(examples_run):
+    import re
+
+    enc = examples_run.by_name()["text_encoder"]
+    dims = enc.export.input_dims
+    assert dims["input_ids"] == dims["attention_mask"] == ["batch_size", "sequence_length"]
+    assert dims["memory"][0] == "batch_size"
+    assert not re.search(r"\bs\d+\b", repr(dims) + repr(enc.export.output_dims))
+    mlp = examples_run.by_name()["mlp_classifier"]
+    assert mlp.export.input_dims["x"] == ["batch_size", 16]
+    # the first call had no memory: its stand-in takes that call's batch (2), not another's
+    assert "memory:T1s2x0x32" in enc.observations[0].inputs
+    assert [w.rule for w in enc.warnings] == ["stand_in_input"]
+
+
 def test_results_round_trip_through_json(examples_run, tmp_path):
     path = examples_run.write(tmp_path / "results.json")
     back = RunResults.read(path)
@@ -148,6 +163,11 @@ def test_script_that_raises_keeps_models_observed_before(tmp_path):
     failed = by_status[STATUS_SCRIPT_FAILED]
     assert "RuntimeError: dataset @octocat" in failed.error and "half.py" in failed.error
     assert failed.error.startswith("Traceback") and "observer_ci" not in failed.error
+    assert failed.cause.kind == "script_error"
+    assert failed.cause.summary == "RuntimeError: dataset @octocat <b>not found</b>"
+    assert failed.cause.user_frame.endswith(
+        'half.py:9: raise RuntimeError("dataset @octocat <b>not found</b>")'
+    )
 
 
 def test_training_mode_with_dropout_is_a_discrepancy_with_a_note(tmp_path):

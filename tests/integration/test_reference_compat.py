@@ -80,9 +80,17 @@ def test_same_dynamic_shapes_and_arguments_as_the_reference(case):
     )
     assert shapes(ours.infer_arguments()) == shapes(ref.infer_arguments())
     for i in range(ours.num_obs()):
+        if None in ours.aligned_inputs(i):
+            continue  # a stand-in: see test_defect_stand_in_takes_the_calls_batch
         assert shapes(ours.infer_arguments(i, flat=True)) == shapes(
             ref.infer_arguments(i, flat=True)
         )
+
+
+def test_defect_stand_in_takes_the_calls_batch():
+    ref, ours = observe_both(CASES["optional"])  # call 0 has no y; y's batch follows x's
+    assert shapes(ref.infer_arguments(0, flat=True)) == [(2, 3), (5, 0)]  # last seen batch
+    assert shapes(ours.infer_arguments(0, flat=True)) == [(2, 3), (2, 0)]  # this call's
 
 
 def test_store_n_calls_and_method_name_mean_the_same():

@@ -91,3 +91,23 @@ def test_observer_rebuilds_an_empty_cache_for_the_prefill_call():
     assert type(cache).__name__ == "DynamicCache"
     assert cache.layers[0].keys.shape == (1, 1, 0, 16)
     assert "forward" not in vars(model)
+
+
+@pytest.mark.transformers
+def test_generate_graph_has_one_name_per_dimension_and_no_anonymous_symbol(llama):
+    import re
+
+    dims = llama.export.input_dims
+    assert {dims[name][0] for name in dims} == {"batch_size"}  # every batch axis, one name
+    assert dims["input_ids"] == ["batch_size", "sequence_length"]
+    assert dims["attention_mask"] == ["batch_size", "past_sequence_length + sequence_length"]
+    assert dims["past_key_values_key_cache_0"] == ["batch_size", 2, "past_sequence_length", 16]
+    anonymous = re.compile(r"\bs\d+\b")
+    assert not [d for ds in dims.values() for d in ds if anonymous.search(str(d))]
+    # outputs carry the names too (the present cache grows by the new tokens)
+    present = [ds for name, ds in llama.export.output_dims.items() if len(ds) == 4]
+    assert present and all(
+        ds == ["batch_size", 2, "past_sequence_length + sequence_length", 16] for ds in present
+    )
+    names = {i.name: i.dim_names for i in llama.inputs}
+    assert names["position_ids"] == ["batch_size", "sequence_length"]
