@@ -33,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=int, default=10, help="timed runs (median reported)")
     run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
     run.add_argument(
+        "--cache-dir",
+        help="export cache directory, shared by runs (default: $OBSERVER_CI_CACHE_DIR, else none)",
+    )
+    run.add_argument(
+        "--threads", type=int, help="thread budget of torch and onnxruntime (default: theirs)"
+    )
+    run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
     )
 
@@ -95,6 +102,12 @@ def expand_scripts(patterns: Sequence[str]) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from observer_ci.export_cache import resolve_cache_dir
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(max(1, args.threads))
     from observer_ci.run import RunConfig, run_scripts
 
     thresholds, fail_on = _gate(args)
@@ -105,6 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeat=args.repeat,
         probe=not args.no_probe,
+        cache_dir=str(cache_dir) if (cache_dir := resolve_cache_dir(args.cache_dir)) else None,
+        threads=args.threads,
     )
     head = run_scripts(expand_scripts(args.scripts), args.out, config=config, label=args.label)
     code = publish(head, base, Path(args.out), thresholds, fail_on)

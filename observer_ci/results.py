@@ -59,6 +59,8 @@ class ExportResult:
     output_names: list[str] = field(default_factory=list)
     sample_index: int | None = None  # the observed call used as export sample
     failed_samples: list[str] = field(default_factory=list)  # "call 2: <error>" tried before
+    cached: bool = False  # restored from the export cache (seconds = the lookup)
+    cache_key: str | None = None  # the export cache key, when a cache was used
 
 
 @dataclass

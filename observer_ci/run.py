@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 
 from observer_ci import registry
+from observer_ci.constants import DEFAULT_OPSET
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
+from observer_ci.export_cache import cached_export, export_key
 from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
 from observer_ci.replay import make_session, replay_observation
@@ -29,6 +31,7 @@ from observer_ci.results import (
     STATUS_OK,
     STATUS_ORT_FAILED,
     STATUS_SCRIPT_FAILED,
+    ExportResult,
     InputInfo,
     ModelResult,
     ObservationResult,
@@ -48,6 +51,8 @@ class RunConfig:
     warmup: int = 2
     repeat: int = 10
     probe: bool = True
+    cache_dir: str | None = None  # export cache shared by runs (None: no cache)
+    threads: int | None = None  # onnxruntime intra-op threads (None: its default)
 
 
 def run_scripts(
@@ -207,20 +212,14 @@ def process_model(
     progress(f"{entry.name}: exporting ({obs.num_obs()} calls observed)")
     onnx_path = out_dir / "onnx" / f"{safe_filename(entry.name)}.onnx"
     with phase("export"):
-        result.export = export_observed(
-            entry.model,
-            obs,
-            onnx_path,
-            method_name=entry.method_name,
-            set_batch_dimension_for=entry.set_batch_dimension_for,
-        )
+        result.export = export_model(entry, onnx_path, cache_dir=config.cache_dir)
     if not result.export.ok:
         result.status, result.error = STATUS_EXPORT_FAILED, result.export.error
         progress(f"{entry.name}: export failed: {(result.export.error or '')[-300:]}")
         return result
     progress(f"{entry.name}: exported in {result.export.seconds:.1f}s, replaying")
     try:
-        session = make_session(onnx_path)
+        session = make_session(onnx_path, threads=config.threads)
     except Exception as e:
         result.status, result.error = STATUS_ORT_FAILED, error_tail(e)
         return result
@@ -260,6 +259,32 @@ def process_model(
         result.error = next((o.error for o in result.observations if o.error), None)
     progress(f"{entry.name}: {result.status}")
     return result
+
+
+def export_model(
+    entry: registry.ObservedModel, onnx_path: Path, *, cache_dir: str | None = None
+) -> ExportResult:
+    """The "export this model" step, through the export cache when ``cache_dir`` is set."""
+
+    def export() -> ExportResult:
+        return export_observed(
+            entry.model,
+            entry.observer,
+            onnx_path,
+            method_name=entry.method_name,
+            set_batch_dimension_for=entry.set_batch_dimension_for,
+        )
+
+    def key() -> str:
+        return export_key(
+            entry.model,
+            entry.observer,
+            method_name=entry.method_name,
+            set_batch_dimension_for=entry.set_batch_dimension_for,
+            opset=DEFAULT_OPSET,
+        )
+
+    return cached_export(export, key, onnx_path, cache_dir)
 
 
 def _status(observations: list[ObservationResult]) -> str:
