@@ -23,6 +23,7 @@ from observer_ci.export import export_observed
 from observer_ci.export_cache import cached_export, export_key
 from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
+from observer_ci.pytrees import register_if_imported
 from observer_ci.replay import make_session, replay_observation
 from observer_ci.results import (
     STATUS_DISCREPANCY,
@@ -267,6 +268,7 @@ def export_model(
     """The "export this model" step, through the export cache when ``cache_dir`` is set."""
 
     def export() -> ExportResult:
+        register_if_imported()  # the script may have imported transformers after observing
         return export_observed(
             entry.model,
             entry.observer,
