@@ -16,7 +16,7 @@ from observer_ci.logs import configure, logger
 from observer_ci.report import render_report, write_report_files
 from observer_ci.rules import compare
 from observer_ci.settings import Settings, SettingsError
-from observer_ci.workspace import load_baseline, run_install, run_scripts_subprocess
+from observer_ci.workspace import run_base_and_head, run_install, run_scripts_subprocess
 
 EXIT_USAGE = 2
 
@@ -36,10 +36,13 @@ def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
     if settings.event.warning:
         notes.append(settings.event.warning)
     install_error = run_install(settings)
-    base = load_baseline(settings, out, notes, env) if not install_error else None
-    head = run_scripts_subprocess(
-        settings.scripts, out / "head", label="head", settings=settings, env=env
-    )
+    if install_error:
+        base = None
+        head = run_scripts_subprocess(
+            settings.scripts, out / "head", label="head", settings=settings, env=env
+        )
+    else:
+        base, head = run_base_and_head(settings, out, notes, env)
     if install_error:
         head.models.insert(0, install_error)
     head.environment.setdefault("notes", []).extend(notes)

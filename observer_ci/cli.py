@@ -40,6 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, help="thread budget of torch and onnxruntime (default: theirs)"
     )
     run.add_argument(
+        "--save-feeds",
+        action="store_true",
+        help="save the onnxruntime inputs next to each ONNX file (for `pair`)",
+    )
+
+    pair = sub.add_parser(
+        "pair", help="time base and head ONNX graphs interleaved; fills head's paired_latency"
+    )
+    pair.add_argument("base", help="results.json of the base run")
+    pair.add_argument("head", help="results.json of the head run (--save-feeds), updated")
+    pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
+    pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
+    run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
     )
 
@@ -78,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_compare(args)
         if args.command == "merge":
             return cmd_merge(args)
+        if args.command == "pair":
+            return cmd_pair(args)
         from observer_ci.action import main as action_main
 
         return action_main(dry_run=args.dry_run)
@@ -120,6 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         probe=not args.no_probe,
         cache_dir=str(cache_dir) if (cache_dir := resolve_cache_dir(args.cache_dir)) else None,
         threads=args.threads,
+        save_feeds=args.save_feeds,
     )
     head = run_scripts(expand_scripts(args.scripts), args.out, config=config, label=args.label)
     code = publish(head, base, Path(args.out), thresholds, fail_on)
@@ -136,6 +152,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     regressions = compare(head, base, thresholds, fail_on)
     print_regressions(regressions)
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    from observer_ci.paired import pair_results
+
+    base, head = _read(args.base), _read(args.head)
+    timed = pair_results(base, head, rounds=args.rounds, threads=args.threads)
+    head.write(args.head)
+    print(f"paired timing of {timed} model(s) written to {args.head}")
+    return EXIT_OK
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

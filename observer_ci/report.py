@@ -314,11 +314,13 @@ class _Renderer:
             if old is None:
                 continue
             b, h = old.median_ort_latency_s, model.median_ort_latency_s
+            ratio = _ratio(h, b)
+            paired = model.paired_latency
+            if paired is not None and paired.ratio is not None:  # timed interleaved
+                b, h, ratio = paired.base_s, paired.head_s, paired.ratio
             if b is None and h is None:
                 continue
-            rows.append(
-                [model.name, format_seconds(b), format_seconds(h), format_ratio(_ratio(h, b))]
-            )
+            rows.append([model.name, format_seconds(b), format_seconds(h), format_ratio(ratio)])
         if not rows:
             return ""
         header = ["model", "base ORT median", "head ORT median", "ratio"]
@@ -524,7 +526,7 @@ def _export_line(export: ExportResult | None) -> str:
     if not export.ok:
         return f"{label} ❌ failed after {format_seconds(export.seconds)}"
     parts = [
-        f"✅ {format_seconds(export.seconds)}",
+        "✅ cached" if export.cached else f"✅ {format_seconds(export.seconds)}",
         f"opset {format_float(export.opset)}",
         f"{format_float(export.node_count)} nodes",
         format_bytes(export.file_size),

@@ -106,6 +106,20 @@ class ProbeResult:
 
 
 @dataclass
+class PairedLatency:
+    """Base and head ONNX graphs timed alternately in one process on the head's inputs."""
+
+    ratio: float | None = None  # median of head/base over the pairs
+    base_s: float | None = None  # median over calls of the per-call median
+    head_s: float | None = None
+    ratio_low: float | None = None  # 10th percentile of the pair ratios
+    ratio_high: float | None = None  # 90th percentile
+    rounds: int = 0
+    calls: int = 0
+    reason: str | None = None  # why there is no ratio
+
+
+@dataclass
 class ModelResult:
     """Everything measured for one observed model (or one failed script)."""
 
@@ -122,6 +136,7 @@ class ModelResult:
     probe: ProbeResult | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # hints for the reader (training mode, ...)
+    paired_latency: PairedLatency | None = None  # set with ``baseline: base`` (paired.py)
 
     @property
     def median_ort_latency_s(self) -> float | None:
@@ -234,4 +249,5 @@ def _model_from_dict(data: dict[str, Any]) -> ModelResult:
     model.export = _build(ExportResult, data.get("export"))
     model.observations = [_build(ObservationResult, o) for o in data.get("observations", [])]
     model.probe = _build(ProbeResult, data.get("probe"))
+    model.paired_latency = _build(PairedLatency, data.get("paired_latency"))
     return model

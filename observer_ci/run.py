@@ -54,6 +54,7 @@ class RunConfig:
     probe: bool = True
     cache_dir: str | None = None  # export cache shared by runs (None: no cache)
     threads: int | None = None  # onnxruntime intra-op threads (None: its default)
+    save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
 
 
 def run_scripts(
@@ -240,6 +241,8 @@ def process_model(
             ).result
             for i in range(obs.num_obs())
         ]
+    if config.save_feeds:
+        _save_feeds(entry, session, onnx_path)
     if config.probe:
         with phase("probe"):
             try:
@@ -287,6 +290,23 @@ def export_model(
         )
 
     return cached_export(export, key, onnx_path, cache_dir)
+
+
+def _save_feeds(entry: registry.ObservedModel, session: object, onnx_path: Path) -> None:
+    """The onnxruntime inputs of every observed call, for :mod:`observer_ci.paired`."""
+    from observer_ci.paired import save_feeds
+    from observer_ci.replay import match_feeds
+
+    obs = entry.observer
+    onnx_inputs = [i.name for i in session.get_inputs()]  # type: ignore[attr-defined]
+    try:
+        feeds = [
+            match_feeds(onnx_inputs, obs.leaf_names(), obs.infer_arguments(i, flat=True))
+            for i in range(obs.num_obs())
+        ]
+        save_feeds(feeds, onnx_path)
+    except Exception as e:  # paired timing then says why it has no inputs
+        progress_line(f"{entry.name}: inputs not saved for paired timing: {error_tail(e)}")
 
 
 def _status(observations: list[ObservationResult]) -> str:

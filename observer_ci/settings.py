@@ -105,6 +105,7 @@ class Settings:
     comment: bool = True
     token: str = field(default="", repr=False)
     out_dir: str = "observer-ci-out"
+    cache_dir: str = ""  # export cache, shared by base and head (relative to the workspace)
     dry_run: bool = False
     repeat: int = 10
     timeout_minutes: float = 60.0  # per run of the scripts (head, base) and for install
@@ -145,6 +146,7 @@ class Settings:
             comment=_bool("comment", env.get("INPUT_COMMENT"), True),
             token=get("INPUT_TOKEN") or get("GITHUB_TOKEN"),
             out_dir=get("INPUT_OUT", "observer-ci-out"),
+            cache_dir=get("INPUT_CACHE_DIR").strip(),
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
             repeat=_repeat(get("INPUT_REPEAT", "10")),
             github_api_url=get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
