@@ -280,16 +280,18 @@ def export_model(
             set_batch_dimension_for=entry.set_batch_dimension_for,
         )
 
-    def key() -> str:
-        return export_key(
-            entry.model,
-            entry.observer,
-            method_name=entry.method_name,
-            set_batch_dimension_for=entry.set_batch_dimension_for,
-            opset=DEFAULT_OPSET,
-        )
+    return cached_export(export, lambda: export_cache_key(entry), onnx_path, cache_dir)
 
-    return cached_export(export, key, onnx_path, cache_dir)
+
+def export_cache_key(entry: registry.ObservedModel) -> str:
+    """The export cache key of one observed model (see :mod:`observer_ci.export_cache`)."""
+    return export_key(
+        entry.model,
+        entry.observer,
+        method_name=entry.method_name,
+        set_batch_dimension_for=entry.set_batch_dimension_for,
+        opset=DEFAULT_OPSET,
+    )
 
 
 def _save_feeds(entry: registry.ObservedModel, session: object, onnx_path: Path) -> None:
