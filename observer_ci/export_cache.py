@@ -146,8 +146,16 @@ def _leaf_text(leaf: Any) -> str:
 # -- weights, buffers and attributes ---------------------------------------------------------
 
 _MODULE_INTERNALS = frozenset(
-    {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_state_dict_hooks",
-     "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"}
+    {
+        "_parameters",
+        "_buffers",
+        "_modules",
+        "_non_persistent_buffers_set",
+        "_state_dict_hooks",
+        "_state_dict_pre_hooks",
+        "_load_state_dict_pre_hooks",
+        "_load_state_dict_post_hooks",
+    }
 )
 
 
@@ -293,8 +301,10 @@ class _CodeWalker:
         if data is None:  # no readable source: the bytecode stands in for it
             import marshal
 
-            self.parts[f"code:{code.co_qualname if hasattr(code, 'co_qualname') else code.co_name}"
-                       f"@{Path(path).name}"] = marshal.dumps(code)
+            self.parts[
+                f"code:{code.co_qualname if hasattr(code, 'co_qualname') else code.co_name}"
+                f"@{Path(path).name}"
+            ] = marshal.dumps(code)
         else:
             self.parts[path] = hashlib.blake2b(data, digest_size=20).digest()
 
