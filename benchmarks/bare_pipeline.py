@@ -109,10 +109,77 @@ def text(out: Path) -> float:
     return replay(path, feeds, [[o["hidden"].numpy(), o["pooled"].numpy()] for o in outputs])
 
 
+def llama(out: Path) -> float:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from observer_ci.pytrees import make_dynamic_cache, register_transformers_pytrees
+
+    register_transformers_pytrees()  # DynamicCache as a pytree: the export needs it
+    config = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    input_ids = torch.randint(3, 1000, (2, 5))
+    calls: list[dict] = []
+    outputs: list[np.ndarray] = []
+    names = ("input_ids", "attention_mask", "position_ids")
+
+    def before(module, args, kwargs):
+        cache = kwargs.get("past_key_values")
+        layers = [
+            (la.keys, la.values) for la in getattr(cache, "layers", []) if la.keys is not None
+        ]
+        empty = torch.zeros(2, 2, 0, 16)
+        pairs = [(k.clone(), v.clone()) for k, v in layers] or [(empty, empty)] * 2
+        calls.append({**{n: kwargs[n].clone() for n in names}, "pairs": pairs})
+
+    def after(module, args, kwargs, output):
+        outputs.append(output.logits.detach().clone().numpy())
+
+    pre = model.register_forward_pre_hook(before, with_kwargs=True)
+    post = model.register_forward_hook(after, with_kwargs=True)
+    with torch.no_grad():
+        model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=3,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    pre.remove()
+    post.remove()
+    sample = calls[0]  # the prefill (seq >= 2: a decode step traces is_causal as SymBool)
+    kwargs = {n: sample[n] for n in names}
+    kwargs["past_key_values"] = make_dynamic_cache(sample["pairs"])
+    kwargs["logits_to_keep"] = 1  # what generate() passes: the last position's logits
+    both = {0: DYNAMIC, 1: DYNAMIC}
+    cache_dims = {0: DYNAMIC, 2: DYNAMIC}
+    dims = {n: both for n in names}
+    dims["past_key_values"] = [[cache_dims, cache_dims], [cache_dims, cache_dims]]
+    dims["logits_to_keep"] = None
+    path = out / "llama.onnx"
+    export(model, (), kwargs, dims, path)
+    feeds = []
+    for call in calls:
+        feed = {n: call[n].numpy() for n in names}
+        for i, (k, v) in enumerate(call["pairs"]):
+            feed[f"past_key_values_key_cache_{i}"] = k.numpy()
+            feed[f"past_key_values_value_cache_{i}"] = v.numpy()
+        feeds.append(feed)
+    return replay(path, feeds, [[o] for o in outputs])
+
+
 def main() -> None:
     which, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    worst = {"mlp": mlp, "text": text}[which](out)
+    worst = {"mlp": mlp, "text": text, "llama": llama}[which](out)
     print(f"{which}: max abs diff {worst:.2e}")
 
 
