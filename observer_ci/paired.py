@@ -59,7 +59,7 @@ def time_pair(
     threads: int | None = None,
 ) -> PairedLatency:
     """Runs both graphs alternately on every call's feeds; never raises."""
-    from observer_ci.replay import make_session
+    from observer_ci.ort_session import make_session
 
     try:
         base = make_session(base_onnx, threads=threads)
