@@ -6,11 +6,13 @@
 3. ``baseline: base`` as the action runs it now (base and head side by side, shared cache,
    paired timing) vs one after the other without cache, on a git repository whose head
    commit changes one model (target: <= 0.65x on 2 cores).
+4. The ONNX registry rebuilt for every export vs built once per process: the saving per
+   extra model or retried export sample.
 
 Each figure is the median of per-pair ratios; A and B alternate (A B B A ...) so a machine
 that drifts moves both. Prints figures, asserts nothing. Shared machines are noisy: raise
 ``--rounds`` and read the spread (min..max). Run:
-    python benchmarks/bench_speed.py [--rounds 3] [--no-llama] [--only run,cache,base]
+    python benchmarks/bench_speed.py [--rounds 3] [--no-llama] [--only run,cache,base,registry]
 """
 
 from __future__ import annotations
@@ -210,11 +212,37 @@ def bench_base_and_head(names: list[str], rounds: int, tmp: Path) -> None:
     )
 
 
+def bench_registry(rounds: int) -> None:
+    """What building the ONNX registry once per process saves per extra model."""
+    code = (
+        "import time, torch\n"
+        "from torch.onnx._internal.exporter import _registration\n"
+        "from observer_ci.onnx_exporter import onnx_registry\n"
+        "onnx_registry(20)\n"
+        "t = time.perf_counter(); _registration.ONNXRegistry.from_torchlib(opset_version=20)\n"
+        "build = time.perf_counter() - t\n"
+        "t = time.perf_counter(); onnx_registry(20)\n"
+        "print(build, time.perf_counter() - t)\n"
+    )
+    builds, reuses = [], []
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
+        build, reuse = map(float, out.stdout.split()[-2:])
+        builds.append(build)
+        reuses.append(reuse)
+    print("== ONNX registry: built for every export vs once per process")
+    print(
+        f"saving per extra model or retried sample: {statistics.median(builds):.2f} s "
+        f"(rebuild, min {min(builds):.2f}, max {max(builds):.2f}) vs "
+        f"{statistics.median(reuses) * 1e6:.0f} us (reuse)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-llama", action="store_true")
-    parser.add_argument("--only", default="run,cache,base")
+    parser.add_argument("--only", default="run,cache,base,registry")
     parser.add_argument("--examples", default="mlp,text,llama")
     args = parser.parse_args()
     names = [n for n in args.examples.split(",") if not (args.no_llama and n == "llama")]
@@ -227,6 +255,8 @@ def main() -> None:
             bench_cache(names, args.rounds, Path(tmp) / "b")
         if "base" in parts:
             bench_base_and_head(names, args.rounds, Path(tmp) / "c")
+        if "registry" in parts:
+            bench_registry(args.rounds)
 
 
 if __name__ == "__main__":
