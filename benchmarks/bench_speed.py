@@ -192,10 +192,13 @@ def bench_base_and_head(names: list[str], rounds: int, tmp: Path) -> None:
             seconds = time.perf_counter() - begin
             if base is None or any(m.status != "ok" for m in [*base.models, *head.models]):
                 raise RuntimeError("a base or head model failed in the side-by-side run")
+            models = [*base.models, *head.models]
+            hits.append(f"{sum(bool(m.export and m.export.cached) for m in models)}/{len(models)}")
             return seconds
 
         return run
 
+    hits: list[str] = []
     show(
         "side by side (empty cache) / in turn",
         paired(side_by_side("cold"), sequential, rounds),
@@ -203,6 +206,8 @@ def bench_base_and_head(names: list[str], rounds: int, tmp: Path) -> None:
         "in turn",
         "<= 0.65x",
     )
+    print(f"   exports restored from the cache (base+head): {', '.join(hits)}")
+    hits.clear()
     show(
         "side by side (cache of the last run)",
         paired(side_by_side("warm"), sequential, rounds),
@@ -210,6 +215,7 @@ def bench_base_and_head(names: list[str], rounds: int, tmp: Path) -> None:
         "in turn",
         "<= 0.65x",
     )
+    print(f"   exports restored from the cache (base+head): {', '.join(hits)}")
 
 
 def bench_registry(rounds: int) -> None:
