@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="save the onnxruntime inputs next to each ONNX file (for `pair`)",
     )
+    run.add_argument(
+        "--no-gate", action="store_true", help="always exit 0 once results are written"
+    )
 
     pair = sub.add_parser(
         "pair", help="time base and head ONNX graphs interleaved; fills head's paired_latency"
@@ -52,9 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("head", help="results.json of the head run (--save-feeds), updated")
     pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
     pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
-    run.add_argument(
-        "--no-gate", action="store_true", help="always exit 0 once results are written"
-    )
 
     compare = sub.add_parser("compare", help="compare two results.json files")
     compare.add_argument("base")
