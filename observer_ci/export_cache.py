@@ -250,9 +250,8 @@ def _code_digest(model: Any) -> str:
     for item in roots:
         walker.visit(item, depth=0)
     h = hashlib.blake2b(digest_size=20)
-    for key in sorted(walker.parts):
-        h.update(key.encode())
-        h.update(walker.parts[key])
+    for part in sorted(walker.parts.values()):  # by content: the checkout's path never counts
+        h.update(part)
     return h.hexdigest()
 
 
@@ -295,27 +294,41 @@ class _CodeWalker:
 
     def _add_code(self, code: types.CodeType) -> None:
         path = code.co_filename
-        if path in self.parts:
-            return
+        qualname = getattr(code, "co_qualname", code.co_name)
         data = _file_bytes(path)
-        if data is None:  # no readable source: the bytecode stands in for it
-            import marshal
-
-            self.parts[
-                f"code:{code.co_qualname if hasattr(code, 'co_qualname') else code.co_name}"
-                f"@{Path(path).name}"
-            ] = marshal.dumps(code)
-        else:
-            self.parts[path] = hashlib.blake2b(data, digest_size=20).digest()
+        if data is not None:
+            self._add_file(path, data)
+        elif f"{path}:{qualname}" not in self.parts:  # no readable source: the bytecode
+            self.parts[f"{path}:{qualname}"] = _code_fingerprint(code)
 
     def _add_module(self, module: types.ModuleType) -> None:
         if _is_versioned(module.__name__):
             return
         path = getattr(module, "__file__", None)
-        if path and path not in self.parts and path.endswith(".py"):
+        if path and path.endswith(".py"):
             data = _file_bytes(path)
             if data is not None:
-                self.parts[path] = hashlib.blake2b(data, digest_size=20).digest()
+                self._add_file(path, data)
+
+    def _add_file(self, path: str, data: bytes) -> None:
+        """By name and content: the same file in another checkout gives the same part."""
+        if path not in self.parts:
+            digest = hashlib.blake2b(data, digest_size=20).hexdigest()
+            self.parts[path] = f"{Path(path).name}:{digest}".encode()
+
+
+def _code_fingerprint(code: types.CodeType) -> bytes:
+    """Bytecode, constants and names; not the file name or line numbers."""
+    h = hashlib.blake2b(code.co_code, digest_size=20)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            h.update(_code_fingerprint(const))
+        elif isinstance(const, frozenset):  # its repr order depends on the hash seed
+            h.update(repr(sorted(map(repr, const))).encode())
+        else:
+            h.update(repr(const).encode())
+    return f"{getattr(code, 'co_qualname', code.co_name)}:{h.hexdigest()}".encode()
 
 
 def _function_of(member: Any) -> Any:

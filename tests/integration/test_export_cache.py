@@ -112,6 +112,42 @@ def test_a_damaged_entry_is_rebuilt_by_the_next_run(cold_and_hit, tmp_path):
     assert ExportCache(tmp_path / "cache").load(cold.export.cache_key, tmp_path / "x.onnx")
 
 
+MODEL_FILE = """
+import torch
+
+def double(x):
+    return x * 2
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return double(self.linear(x))
+"""
+
+
+def key_of_checkout(directory: Path, source: str) -> str:
+    """The key of ``Net`` imported from ``directory/model_def.py`` (a checkout)."""
+    import importlib.util
+
+    directory.mkdir(parents=True)
+    (directory / "model_def.py").write_text(source)
+    spec = importlib.util.spec_from_file_location("model_def", directory / "model_def.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    return observed_key(module.Net().eval())
+
+
+def test_the_key_depends_on_the_code_not_on_where_it_is_checked_out(tmp_path):
+    head = key_of_checkout(tmp_path / "head", MODEL_FILE)
+    assert key_of_checkout(tmp_path / "base-worktree", MODEL_FILE) == head
+    changed_helper = MODEL_FILE.replace("x * 2", "x * 3")  # a function the model calls
+    assert key_of_checkout(tmp_path / "other", changed_helper) != head
+
+
 class Scaled(torch.nn.Module):
     def __init__(self, scale: float = 2.0):
         super().__init__()
