@@ -48,14 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-gate", action="store_true", help="always exit 0 once results are written"
     )
 
-    pair = sub.add_parser(
-        "pair", help="time base and head ONNX graphs interleaved; fills head's paired_latency"
-    )
-    pair.add_argument("base", help="results.json of the base run")
-    pair.add_argument("head", help="results.json of the head run (--save-feeds), updated")
-    pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
-    pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
-
     compare = sub.add_parser("compare", help="compare two results.json files")
     compare.add_argument("base")
     compare.add_argument("head")
@@ -70,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     action = sub.add_parser("action", help="the GitHub Action (settings from INPUT_* env)")
     action.add_argument("--dry-run", action="store_true", help="write everything, post nothing")
+
+    pair = sub.add_parser(
+        "pair", help="time base and head ONNX graphs interleaved; fills head's paired_latency"
+    )
+    pair.add_argument("base", help="results.json of the base run")
+    pair.add_argument("head", help="results.json of the head run (--save-feeds), updated")
+    pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
+    pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
     return parser
 
 
