@@ -29,6 +29,7 @@ from observer_ci.results import (
     InputInfo,
     ModelResult,
     ObservationResult,
+    PairedLatency,
     ProbeResult,
     RunResults,
 )
@@ -246,7 +247,15 @@ def parse_results(data: Any, where: str) -> RunResults:
 
 # -- schema check driven by the results dataclasses ------------------------------------
 
-_SCHEMA_CLASSES = (RunResults, ModelResult, InputInfo, ExportResult, ObservationResult, ProbeResult)
+_SCHEMA_CLASSES = (
+    RunResults,
+    ModelResult,
+    InputInfo,
+    ExportResult,
+    ObservationResult,
+    ProbeResult,
+    PairedLatency,
+)
 
 
 def _check_dataclass(cls: type, data: Any, path: str) -> None:

@@ -74,7 +74,7 @@ def export_key(
     """The cache key of exporting ``model.<method_name>`` from what ``observer`` recorded."""
     h = hashlib.blake2b(digest_size=20)
     _feed(h, "key", KEY_VERSION)
-    _feed(h, "versions", _versions())
+    _feed(h, "versions", _versions(model))
     _feed(h, "signature", _signature_digest(observer, set_batch_dimension_for))
     _feed(h, "method", [method_name, opset, repr(set_batch_dimension_for), repr(extra)])
     _feed(h, "state", _state_digest(model))
@@ -89,19 +89,23 @@ def _feed(h: Any, label: str, value: Any) -> None:
     h.update(b"\1")
 
 
-def _versions() -> dict[str, str]:
+def _versions(model: Any) -> dict[str, str]:
+    """Python, the exporter's packages, and every library the model's classes come from
+    (transformers for a transformers model; never one the process merely imported)."""
     versions = {"python": sys.version.split()[0], "observer_ci": _own_source_digest()}
-    names = list(_VERSIONED_PACKAGES)
-    if "transformers" in sys.modules:  # only then can the model's code depend on it
-        names.append("transformers")
-    for name in names:
+    names = set(_VERSIONED_PACKAGES)
+    modules = model.modules() if callable(getattr(model, "modules", None)) else [model]
+    for module in modules:
+        for cls in type(module).__mro__:
+            names.add((getattr(cls, "__module__", "") or "").split(".")[0])
+    for name in sorted(names - {"", "__main__", "builtins"} - set(sys.stdlib_module_names)):
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None) if module else None
         if version is None:
             try:
                 version = importlib.metadata.version(name.replace("_", "-"))
-            except importlib.metadata.PackageNotFoundError:
-                version = "absent"
+            except (importlib.metadata.PackageNotFoundError, ValueError):
+                version = "no distribution"  # the repository's own code: hashed as files
         versions[name] = str(version)
     return versions
 
