@@ -18,7 +18,7 @@ from observer_ci.report import render_report, write_report_files
 from observer_ci.results import RunResults
 from observer_ci.rules import Regression, compare
 from observer_ci.settings import MODE_PUBLISH, Settings, SettingsError
-from observer_ci.workspace import load_baseline, run_install, run_scripts_subprocess
+from observer_ci.workspace import run_base_and_head, run_install, run_scripts_subprocess
 
 EXIT_USAGE = 2
 # Outputs renamed (old name -> new name): still written, until the next release.
@@ -51,10 +51,13 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
     if settings.event.warning:
         notes.append(settings.event.warning)
     install_error = run_install(settings)
-    base = load_baseline(settings, out, notes, env) if not install_error else None
-    head = run_scripts_subprocess(
-        settings.scripts, out / "head", label="head", settings=settings, env=env
-    )
+    if install_error:
+        base = None
+        head = run_scripts_subprocess(
+            settings.scripts, out / "head", label="head", settings=settings, env=env
+        )
+    else:
+        base, head = run_base_and_head(settings, out, notes, env)
     if install_error:
         head.models.insert(0, install_error)
     head.commit = head.commit or settings.head_sha

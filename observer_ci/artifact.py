@@ -31,6 +31,7 @@ from observer_ci.results import (
     InputInfo,
     ModelResult,
     ObservationResult,
+    PairedLatency,
     ProbeResult,
     RunResults,
 )
@@ -257,6 +258,7 @@ _SCHEMA_CLASSES = (
     ProbeResult,
     Cause,
     GraphWarning,
+    PairedLatency,
 )
 
 

@@ -48,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
     run.add_argument(
+        "--cache-dir",
+        help="export cache directory, shared by runs (default: $OBSERVER_CI_CACHE_DIR, else none)",
+    )
+    run.add_argument(
+        "--threads", type=int, help="thread budget of torch and onnxruntime (default: theirs)"
+    )
+    run.add_argument(
+        "--save-feeds",
+        action="store_true",
+        help="save the onnxruntime inputs next to each ONNX file (for `pair`)",
+    )
+    run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
     )
 
@@ -65,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     action = sub.add_parser("action", help="the GitHub Action (settings from INPUT_* env)")
     action.add_argument("--dry-run", action="store_true", help="write everything, post nothing")
+
+    pair = sub.add_parser(
+        "pair", help="time base and head ONNX graphs interleaved; fills head's paired_latency"
+    )
+    pair.add_argument("base", help="results.json of the base run")
+    pair.add_argument("head", help="results.json of the head run (--save-feeds), updated")
+    pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
+    pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
     return parser
 
 
@@ -86,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_compare(args)
         if args.command == "merge":
             return cmd_merge(args)
+        if args.command == "pair":
+            return cmd_pair(args)
         from observer_ci.action import main as action_main
 
         return action_main(dry_run=args.dry_run)
@@ -110,6 +132,12 @@ def expand_scripts(patterns: Sequence[str]) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from observer_ci.export_cache import resolve_cache_dir
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(max(1, args.threads))
     from observer_ci.run import RunConfig, run_scripts
 
     thresholds, fail_on = _gate(args)
@@ -124,6 +152,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeat=args.repeat,
         probe=not args.no_probe,
+        cache_dir=str(cache_dir) if (cache_dir := resolve_cache_dir(args.cache_dir)) else None,
+        threads=args.threads,
+        save_feeds=args.save_feeds,
     )
     head = run_scripts(
         expand_scripts(args.scripts),
@@ -146,6 +177,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     regressions = compare(head, base, thresholds, fail_on)
     print_regressions(regressions)
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    from observer_ci.paired import pair_results
+
+    base, head = _read(args.base), _read(args.head)
+    timed = pair_results(base, head, rounds=args.rounds, threads=args.threads)
+    head.write(args.head)
+    print(f"paired timing of {timed} model(s) written to {args.head}")
+    return EXIT_OK
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from observer_ci.constants import DEFAULT_OPSET
 from observer_ci.dim_names import name_dims, name_onnx_axes
 from observer_ci.errors import error_tail
 from observer_ci.observer import InputObserver
+from observer_ci.onnx_exporter import onnx_export
 from observer_ci.results import ExportResult
 
 
@@ -117,16 +118,7 @@ def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset
     args, kwargs = (inputs, None) if isinstance(inputs, tuple) else ((), inputs)
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), torch.no_grad():
-        return torch.onnx.export(
-            module,
-            args,
-            kwargs=kwargs,
-            dynamic_shapes=dynamic_shapes,
-            dynamo=True,
-            opset_version=opset,
-            external_data=False,
-            verbose=False,
-        )
+        return onnx_export(module, args, kwargs, dynamic_shapes, opset)
 
 
 def _needs_external_data(program: Any) -> bool:

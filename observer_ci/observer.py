@@ -153,10 +153,10 @@ class InputObserver:
     @staticmethod
     def _register_pytrees() -> None:
         try:
-            from observer_ci.pytrees import register_transformers_pytrees
+            from observer_ci.pytrees import register_if_imported
         except ImportError:  # pragma: no cover - module ships with the package
             return
-        register_transformers_pytrees()
+        register_if_imported()
 
     def _names_for(self, n_args: int) -> list[str]:
         assert self.signature is not None

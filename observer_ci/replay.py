@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import torch
 
 from observer_ci import structure
 from observer_ci.causes import explain_ort_failure
 from observer_ci.diff import Diff, flatten_outputs, max_diff
 from observer_ci.errors import error_tail
+from observer_ci.ort_session import make_session
 from observer_ci.results import ObservationResult
 
 if TYPE_CHECKING:
@@ -25,18 +24,6 @@ if TYPE_CHECKING:
 
 class FeedError(ValueError):
     """The observed inputs cannot be matched with the ONNX model's inputs."""
-
-
-def make_session(onnx_model: str | onnx.ModelProto, threads: int | None = None):
-    """A CPU onnxruntime session from a path or a ModelProto."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if threads:
-        options.intra_op_num_threads = threads
-    source = onnx_model.SerializeToString() if isinstance(onnx_model, onnx.ModelProto) else str(
-        onnx_model
-    )
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 def feed_array(t: torch.Tensor) -> np.ndarray:

@@ -589,7 +589,7 @@ def _export_line(export: ExportResult | None) -> str:
     if not export.ok:
         return f"{label} ❌ failed after {format_seconds(export.seconds)}"
     parts = [
-        f"✅ {format_seconds(export.seconds)}",
+        "✅ cached" if export.cached else f"✅ {format_seconds(export.seconds)}",
         f"opset {format_float(export.opset)}",
         f"{format_float(export.node_count)} nodes",
         format_bytes(export.file_size),

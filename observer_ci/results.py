@@ -84,6 +84,8 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)  # e.g. axes that kept torch's symbols
     cause: Cause | None = None  # why the export failed
     failed_samples: list[str] = field(default_factory=list)  # "call 2: <error>" tried before
+    cached: bool = False  # restored from the export cache (seconds = the lookup)
+    cache_key: str | None = None  # the export cache key, when a cache was used
 
 
 @dataclass
@@ -133,6 +135,20 @@ class ProbeResult:
 
 
 @dataclass
+class PairedLatency:
+    """Base and head ONNX graphs timed alternately in one process on the head's inputs."""
+
+    ratio: float | None = None  # median of head/base over the pairs
+    base_s: float | None = None  # median over calls of the per-call median
+    head_s: float | None = None
+    ratio_low: float | None = None  # 10th percentile of the pair ratios
+    ratio_high: float | None = None  # 90th percentile
+    rounds: int = 0
+    calls: int = 0
+    reason: str | None = None  # why there is no ratio
+
+
+@dataclass
 class ModelResult:
     """Everything measured for one observed model (or one failed script)."""
 
@@ -151,6 +167,7 @@ class ModelResult:
     notes: list[str] = field(default_factory=list)  # hints for the reader (training mode, ...)
     cause: Cause | None = None  # why the model failed and what to change (first in the report)
     warnings: list[GraphWarning] = field(default_factory=list)
+    paired_latency: PairedLatency | None = None  # set with ``baseline: base`` (paired.py)
 
     @property
     def median_ort_latency_s(self) -> float | None:
@@ -295,4 +312,5 @@ def _model_from_dict(data: dict[str, Any]) -> ModelResult:
     for part in (model.export, model.probe, *model.observations):
         if part is not None and isinstance(part.cause, dict):
             part.cause = _build(Cause, part.cause)
+    model.paired_latency = _build(PairedLatency, data.get("paired_latency"))
     return model

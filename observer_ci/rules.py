@@ -412,16 +412,20 @@ def _dynamic_dims_lost(head: ModelResult, base: ModelResult, fail_on: set[str]) 
 def _latency(
     head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
 ) -> list[Regression]:
-    new, old = head.median_ort_latency_s, base.median_ort_latency_s
+    paired = head.paired_latency
+    if paired is not None and paired.ratio is not None:  # timed interleaved: like with like
+        new, old, how = paired.head_s, paired.base_s, "timed interleaved"
+    else:
+        new, old, how = head.median_ort_latency_s, base.median_ort_latency_s, "separate runs"
     if new is None or old is None or old <= 0:
         return []
     if new < th.min_latency_s and old < th.min_latency_s:
         return []
-    ratio = new / old
+    ratio = paired.ratio if paired is not None and paired.ratio is not None else new / old
     if ratio <= th.latency_ratio_max:
         return []
     message = (
-        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}): "
+        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}, {how}): "
         f"{old:.3g} s → {new:.3g} s"
     )
     new_runs, old_runs = head.latency_range("ort"), base.latency_range("ort")

@@ -17,14 +17,17 @@ import torch
 
 from observer_ci import registry
 from observer_ci.causes import add_sample_difference, explain_exception, explain_script_error
+from observer_ci.constants import DEFAULT_OPSET
 from observer_ci.dim_names import name_dims
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
+from observer_ci.export_cache import cached_export, export_key
 from observer_ci.graph_warnings import graph_warnings
 from observer_ci.logs import log_group, quiet_third_party
 from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
+from observer_ci.pytrees import register_if_imported
 from observer_ci.replay import make_session, replay_observation
 from observer_ci.results import (
     STATUS_DISCREPANCY,
@@ -34,6 +37,7 @@ from observer_ci.results import (
     STATUS_ORT_FAILED,
     STATUS_PROBE_FAILED,
     STATUS_SCRIPT_FAILED,
+    ExportResult,
     ModelResult,
     ObservationResult,
     RunResults,
@@ -54,6 +58,9 @@ class RunConfig:
     warmup: int = 2
     repeat: int = 10
     probe: bool = True
+    cache_dir: str | None = None  # export cache shared by runs (None: no cache)
+    threads: int | None = None  # onnxruntime intra-op threads (None: its default)
+    save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""
@@ -240,14 +247,7 @@ def process_model(
     progress(f"{entry.name}: exporting ({obs.num_obs()} calls observed)")
     onnx_path = out_dir / "onnx" / f"{safe_filename(entry.name)}.onnx"
     with phase("export"):
-        result.export = export_observed(
-            entry.model,
-            obs,
-            onnx_path,
-            method_name=entry.method_name,
-            set_batch_dimension_for=entry.set_batch_dimension_for,
-            named_dims=True,
-        )
+        result.export = export_model(entry, onnx_path, cache_dir=config.cache_dir)
     result.notes.extend(result.export.notes)
     if not result.export.ok:
         result.status, result.error = STATUS_EXPORT_FAILED, result.export.error
@@ -257,7 +257,7 @@ def process_model(
         return result
     progress(f"{entry.name}: exported in {result.export.seconds:.1f}s, replaying")
     try:
-        session = make_session(onnx_path)
+        session = make_session(onnx_path, threads=config.threads)
     except Exception as e:
         result.status, result.error = STATUS_ORT_FAILED, error_tail(e)
         result.cause = explain_exception(e)
@@ -283,6 +283,8 @@ def process_model(
         f"({config.warmup} warm-up + {config.repeat} timed runs each) "
         f"in {result.phase_seconds['replay']:.1f}s"
     )
+    if config.save_feeds:
+        _save_feeds(entry, session, onnx_path)
     if config.probe:
         with phase("probe"):
             try:
@@ -313,6 +315,53 @@ def process_model(
     total = sum(v for k, v in result.phase_seconds.items() if k != "script")
     progress(f"{entry.name}: {result.status} ({total:.1f}s)")
     return result
+
+
+def export_model(
+    entry: registry.ObservedModel, onnx_path: Path, *, cache_dir: str | None = None
+) -> ExportResult:
+    """The "export this model" step, through the export cache when ``cache_dir`` is set."""
+
+    def export() -> ExportResult:
+        register_if_imported()  # the script may have imported transformers after observing
+        return export_observed(
+            entry.model,
+            entry.observer,
+            onnx_path,
+            method_name=entry.method_name,
+            set_batch_dimension_for=entry.set_batch_dimension_for,
+            named_dims=True,
+        )
+
+    return cached_export(export, lambda: export_cache_key(entry), onnx_path, cache_dir)
+
+
+def export_cache_key(entry: registry.ObservedModel) -> str:
+    """The export cache key of one observed model (see :mod:`observer_ci.export_cache`)."""
+    return export_key(
+        entry.model,
+        entry.observer,
+        method_name=entry.method_name,
+        set_batch_dimension_for=entry.set_batch_dimension_for,
+        opset=DEFAULT_OPSET,
+    )
+
+
+def _save_feeds(entry: registry.ObservedModel, session: object, onnx_path: Path) -> None:
+    """The onnxruntime inputs of every observed call, for :mod:`observer_ci.paired`."""
+    from observer_ci.paired import save_feeds
+    from observer_ci.replay import match_feeds
+
+    obs = entry.observer
+    onnx_inputs = [i.name for i in session.get_inputs()]  # type: ignore[attr-defined]
+    try:
+        feeds = [
+            match_feeds(onnx_inputs, obs.leaf_names(), obs.infer_arguments(i, flat=True))
+            for i in range(obs.num_obs())
+        ]
+        save_feeds(feeds, onnx_path)
+    except Exception as e:  # paired timing then says why it has no inputs
+        progress_line(f"{entry.name}: inputs not saved for paired timing: {error_tail(e)}")
 
 
 def _status(observations: list[ObservationResult]) -> str:

@@ -123,6 +123,7 @@ class Settings:
     deprecations: tuple[str, ...] = ()
     token: str = field(default="", repr=False)
     out_dir: str = "observer-ci-out"
+    cache_dir: str = ""  # export cache, shared by base and head (relative to the workspace)
     dry_run: bool = False
     verbose: bool = False  # show third-party warnings in the job log
     repeat: int = 10
@@ -173,6 +174,7 @@ class Settings:
             deprecations=deprecations,
             token=get("INPUT_TOKEN") or get("GITHUB_TOKEN"),
             out_dir=get("INPUT_OUT", "observer-ci-out"),
+            cache_dir=get("INPUT_CACHE_DIR").strip(),
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
             verbose=_bool("verbose", env.get("INPUT_VERBOSE"), False),
             repeat=_repeat(get("INPUT_REPEAT", "10")),

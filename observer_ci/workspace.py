@@ -10,8 +10,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from observer_ci.logs import logger
 from observer_ci.results import STATUS_SCRIPT_FAILED, ModelResult, RunResults
@@ -54,6 +56,8 @@ def run_scripts_subprocess(
     cwd: str | None = None,
     pythonpath: str | None = None,
     env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
 ) -> RunResults:
     """Runs ``observer-ci run`` in a child process so a crashing script cannot take us down."""
     cwd = cwd or settings.workspace
@@ -79,8 +83,10 @@ def run_scripts_subprocess(
         repr(settings.thresholds.rel_max),
         "--no-gate",
         *(["--verbose"] if settings.verbose else []),
+        *extra_args,
     ]
     child_env = without_tokens(os.environ if env is None else env)
+    child_env.update(extra_env or {})
     if pythonpath:
         child_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (pythonpath, child_env.get("PYTHONPATH", "")) if p
@@ -115,6 +121,109 @@ def run_scripts_subprocess(
     )
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def child_options(settings: Settings, threads: int | None = None) -> dict[str, Any]:
+    """``extra_args``/``extra_env`` of :func:`run_scripts_subprocess`: the shared export cache,
+    and a thread budget (torch, OpenMP, onnxruntime) when runs share the machine."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    if settings.cache_dir:
+        cache = Path(settings.cache_dir)
+        cache = cache if cache.is_absolute() else Path(settings.workspace) / cache
+        args += ["--cache-dir", str(cache.resolve())]  # base runs in another directory
+    if threads:
+        args += ["--threads", str(threads)]
+        env.update({name: str(threads) for name in THREAD_VARIABLES})
+    return {"extra_args": args, "extra_env": env}
+
+
+def run_base_and_head(
+    settings: Settings, out: Path, notes: list[str], env: Mapping[str, str] | None = None
+) -> tuple[RunResults | None, RunResults]:
+    """The base results (see :func:`load_baseline`) and the head results.
+
+    With ``baseline: base``, base and head run side by side when the machine has two cores
+    or more (each with half of them), else one after the other; then
+    :mod:`observer_ci.paired` re-times both graphs of every model interleaved in one
+    process (``paired_latency``), so the latency rule compares like with like.
+    """
+    if settings.baseline != "base":
+        base = load_baseline(settings, out, notes, env, **child_options(settings))
+        head = run_scripts_subprocess(
+            settings.scripts,
+            out / "head",
+            label="head",
+            settings=settings,
+            env=env,
+            **child_options(settings),
+        )
+        return base, head
+    cores = os.cpu_count() or 1
+    threads = cores // 2 if cores >= 2 else None
+    base_options = child_options(settings, threads)
+    head_options = child_options(settings, threads)
+    head_options["extra_args"].append("--save-feeds")
+
+    def run_head() -> RunResults:
+        return run_scripts_subprocess(
+            settings.scripts,
+            out / "head",
+            label="head",
+            settings=settings,
+            env=env,
+            **head_options,
+        )
+
+    if threads:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            base_future = pool.submit(load_baseline, settings, out, notes, env, **base_options)
+            head = run_head()
+            base = base_future.result()
+    else:
+        base = load_baseline(settings, out, notes, env, **base_options)
+        head = run_head()
+    if base is not None:
+        head = pair_latencies(settings, out, env) or head
+    return base, head
+
+
+def pair_latencies(
+    settings: Settings, out: Path, env: Mapping[str, str] | None = None
+) -> RunResults | None:
+    """Runs ``observer-ci pair`` on the two results; the updated head results, or ``None``."""
+    base_json, head_json = (
+        out.resolve() / "base" / "results.json",
+        out.resolve() / "head" / "results.json",
+    )
+    if not (base_json.is_file() and head_json.is_file()):
+        return None
+    cmd = [
+        sys.executable,
+        "-m",
+        "observer_ci",
+        "pair",
+        str(base_json),
+        str(head_json),
+        "--rounds",
+        str(settings.repeat),
+    ]
+    try:
+        subprocess.run(
+            cmd,
+            cwd=settings.workspace,
+            env=without_tokens(os.environ if env is None else env),
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=settings.timeout_seconds,
+        )
+        return RunResults.read(head_json)
+    except (subprocess.TimeoutExpired, OSError, ValueError) as e:
+        logger.warning("paired latency timing failed: %s", e)
+        return None
+
+
 def without_tokens(env: Mapping[str, str]) -> dict[str, str]:
     """The environment for repository code (install, scripts): it never needs the token,
     and whatever it prints ends up in the report."""
@@ -122,7 +231,11 @@ def without_tokens(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def load_baseline(
-    settings: Settings, out: Path, notes: list[str], env: Mapping[str, str] | None = None
+    settings: Settings,
+    out: Path,
+    notes: list[str],
+    env: Mapping[str, str] | None = None,
+    **child: Any,
 ) -> RunResults | None:
     """The base results: a file, or the scripts run on the base commit in a git worktree."""
     if not settings.baseline:
@@ -154,6 +267,7 @@ def load_baseline(
             cwd=str(worktree),
             pythonpath=str(worktree),
             env=env,
+            **child,
         )
     finally:
         git(settings.workspace, "worktree", "remove", "--force", str(worktree), check=False)

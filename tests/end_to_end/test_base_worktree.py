@@ -74,7 +74,9 @@ def test_base_commit_runs_in_a_worktree_and_node_growth_fails_the_build(pr_repo,
     out = tmp_path / "out"
     env = {
         "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "PYTHONPATH": str(REPO),  # the children run the observer-ci under test
         "HOME": str(tmp_path),
+        "INPUT_CACHE_DIR": ".observer-ci-cache",
         "INPUT_SCRIPT": "observe/net.py",
         "INPUT_BASELINE": "base",
         "INPUT_FAIL_ON": "default,node_count_growth",
@@ -101,6 +103,12 @@ def test_base_commit_runs_in_a_worktree_and_node_growth_fails_the_build(pr_repo,
     head_nodes = head.by_name()["net"].export.node_count
     base_nodes = base.by_name()["net"].export.node_count
     assert head_nodes > 2 * base_nodes
+    # base and head shared the cache (two models, two entries) and were timed interleaved
+    entries = [p for p in (repo / ".observer-ci-cache").glob("*/*") if p.is_dir()]
+    assert len(entries) == 2
+    paired = head.by_name()["net"].paired_latency
+    assert paired is not None and paired.ratio is not None, paired
+    assert paired.ratio > 0 and paired.calls == 3 and paired.rounds == 2
     assert "::error title=observer-ci%3A net%3A node_count_growth" in proc.stdout
     report = (out / "report.md").read_text()
     assert re.search(r"(Head `[0-9a-f]{7}` vs|Compared with) base", report), report[:400]

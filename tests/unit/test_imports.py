@@ -31,6 +31,7 @@ def loaded_after(code: str) -> dict[str, bool]:
         "import observer_ci.rules, observer_ci.merge, observer_ci.settings",
         "import observer_ci.github, observer_ci.workflow, observer_ci.workspace",
         "import observer_ci.causes, observer_ci.dim_names, observer_ci.graph_warnings",
+        "import observer_ci.export_cache, observer_ci.paired",  # cache store, `pair` child
     ],
 )
 def test_torch_free_modules_import_nothing_heavy(code):

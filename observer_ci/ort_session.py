@@ -1,0 +1,18 @@
+"""The onnxruntime session every check uses (torch-free: the paired timing loads only this)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def make_session(onnx_model: Any, threads: int | None = None):
+    """A CPU onnxruntime session from a path or an ``onnx.ModelProto``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    serialize = getattr(onnx_model, "SerializeToString", None)
+    source = serialize() if callable(serialize) else str(onnx_model)
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

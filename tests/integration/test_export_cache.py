@@ -1,0 +1,187 @@
+"""The export cache: hits across fresh processes, keys that move with what matters,
+damaged entries discarded and rebuilt (real exports, real files, real onnxruntime)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from observer_ci.export_cache import MANIFEST, ExportCache, export_key
+from observer_ci.observer import InputObserver
+from observer_ci.run import RunConfig, run_scripts
+
+REPO = Path(__file__).resolve().parents[2]
+MLP = REPO / "examples" / "mlp_classifier.py"
+FAST = RunConfig(warmup=0, repeat=1, probe=False)
+
+KEY_OF_EXAMPLE = f"""
+import runpy, sys
+from observer_ci import registry
+from observer_ci.run import export_cache_key
+with registry.current_script({str(MLP)!r}):
+    runpy.run_path({str(MLP)!r}, run_name="__main__")
+(entry,) = registry.take_registered()
+print(export_cache_key(entry))
+print("transformers" in sys.modules)
+"""
+
+
+def run_mlp(out: Path, cache: Path):
+    config = RunConfig(**{**FAST.__dict__, "cache_dir": str(cache)})
+    (model,) = run_scripts([MLP], out, config=config, progress=lambda m: None).models
+    return model
+
+
+@pytest.fixture(scope="module")
+def cold_and_hit(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cache")
+    cold = run_mlp(root / "cold", root / "cache")
+    hit = run_mlp(root / "hit", root / "cache")
+    return root, cold, hit
+
+
+def test_an_unchanged_model_is_restored_and_replayed(cold_and_hit):
+    root, cold, hit = cold_and_hit
+    assert cold.export.cached is False and hit.export.cached is True
+    assert hit.status == "ok" and len(hit.observations) == 3  # onnxruntime ran the restored file
+    assert hit.export.cache_key == cold.export.cache_key
+    assert Path(hit.export.onnx_path).read_bytes() == Path(cold.export.onnx_path).read_bytes()
+    assert (hit.export.node_count, hit.export.input_dims) == (
+        cold.export.node_count,
+        cold.export.input_dims,
+    )
+    assert Path(hit.export.onnx_path).parent == root / "hit" / "onnx"
+
+
+def test_the_key_is_the_same_in_fresh_processes(cold_and_hit):
+    _, cold, _ = cold_and_hit
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "random"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", KEY_OF_EXAMPLE], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert [o[0] for o in outputs] == [cold.export.cache_key] * 2
+    assert [o[1] for o in outputs] == ["False", "False"]  # a plain MLP never loads transformers
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["flip a byte of the ONNX file", "truncate the facts", "no manifest", "escaping name"],
+)
+def test_a_damaged_entry_is_discarded(cold_and_hit, tmp_path, damage):
+    root, cold, _ = cold_and_hit
+    shutil.copytree(root / "cache", tmp_path / "cache")
+    cache = ExportCache(tmp_path / "cache")
+    entry = cache.entry_dir(cold.export.cache_key)
+    if damage == "flip a byte of the ONNX file":
+        onnx_file = next(entry.glob("*.onnx"))
+        data = bytearray(onnx_file.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        onnx_file.write_bytes(bytes(data))
+    elif damage == "truncate the facts":
+        facts = entry / "export.json"
+        facts.write_bytes(facts.read_bytes()[:10])
+    elif damage == "no manifest":
+        (entry / MANIFEST).unlink()
+    else:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        manifest["files"]["../outside.onnx"] = "0"
+        (entry / MANIFEST).write_text(json.dumps(manifest))
+    target = tmp_path / "out" / "m.onnx"
+    assert cache.load(cold.export.cache_key, target) is None
+    assert not entry.exists() and not target.exists()
+
+
+def test_a_damaged_entry_is_rebuilt_by_the_next_run(cold_and_hit, tmp_path):
+    root, cold, _ = cold_and_hit
+    shutil.copytree(root / "cache", tmp_path / "cache")
+    entry = ExportCache(tmp_path / "cache").entry_dir(cold.export.cache_key)
+    onnx_file = next(entry.glob("*.onnx"))
+    onnx_file.write_bytes(onnx_file.read_bytes()[:-7])  # a partial write
+    rebuilt = run_mlp(tmp_path / "out", tmp_path / "cache")
+    assert rebuilt.status == "ok" and rebuilt.export.cached is False
+    assert ExportCache(tmp_path / "cache").load(cold.export.cache_key, tmp_path / "x.onnx")
+
+
+MODEL_FILE = """
+import torch
+
+def double(x):
+    return x * 2
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return double(self.linear(x))
+"""
+
+
+def key_of_checkout(directory: Path, source: str) -> str:
+    """The key of ``Net`` imported from ``directory/model_def.py`` (a checkout)."""
+    import importlib.util
+
+    directory.mkdir(parents=True)
+    (directory / "model_def.py").write_text(source)
+    spec = importlib.util.spec_from_file_location("model_def", directory / "model_def.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    return observed_key(module.Net().eval())
+
+
+def test_the_key_depends_on_the_code_not_on_where_it_is_checked_out(tmp_path):
+    head = key_of_checkout(tmp_path / "head", MODEL_FILE)
+    assert key_of_checkout(tmp_path / "base-worktree", MODEL_FILE) == head
+    changed_helper = MODEL_FILE.replace("x * 2", "x * 3")  # a function the model calls
+    assert key_of_checkout(tmp_path / "other", changed_helper) != head
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale: float = 2.0):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+
+def observed_key(model: torch.nn.Module, batches=(2, 3)) -> str:
+    observer = InputObserver()
+    with torch.no_grad(), observer(model):
+        for b in batches:
+            model(torch.ones(b, 4))
+    return export_key(model, observer, opset=20)
+
+
+def test_the_key_moves_with_weights_attributes_and_calls_only():
+    torch.manual_seed(0)
+    model = Scaled().eval()
+    reference = observed_key(model)
+    torch.manual_seed(0)
+    assert observed_key(Scaled().eval()) == reference  # a new instance, same everything
+    changed = {}
+    torch.manual_seed(0)
+    changed["scale attribute"] = observed_key(Scaled(scale=3.0).eval())
+    with torch.no_grad():
+        model.linear.bias[0] += 1e-6
+    changed["one weight"] = observed_key(model)
+    with torch.no_grad():
+        model.linear.bias[0] -= 1e-6
+    assert observed_key(model) == reference
+    changed["other call shapes"] = observed_key(model, batches=(2, 5, 7))
+    model.train()
+    changed["training mode"] = observed_key(model)
+    assert len({reference, *changed.values()}) == len(changed) + 1, changed
