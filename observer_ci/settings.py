@@ -112,6 +112,7 @@ class Settings:
     github_server_url: str = "https://github.com"
     repository: str = ""
     run_id: str = ""
+    run_attempt: str = ""
     base_ref: str = ""
     head_sha: str = ""
     workspace: str = "."
@@ -151,6 +152,7 @@ class Settings:
             github_server_url=get("GITHUB_SERVER_URL", "https://github.com").rstrip("/"),
             repository=get("GITHUB_REPOSITORY"),
             run_id=get("GITHUB_RUN_ID"),
+            run_attempt=get("GITHUB_RUN_ATTEMPT"),
             base_ref=get("GITHUB_BASE_REF"),
             head_sha=event.head_sha or get("GITHUB_SHA"),
             workspace=get("GITHUB_WORKSPACE", "."),
