@@ -7,11 +7,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from observer_ci.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from observer_ci.results import RunResults
 
-EXIT_OK = 0
-EXIT_REGRESSION = 1
-EXIT_USAGE = 2
+__all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
     run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
+    )
+    run.add_argument(
+        "--journal", help="append each script's rows to this JSON-lines file once it is done"
     )
 
     compare = sub.add_parser("compare", help="compare two results.json files")
@@ -106,7 +108,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         repeat=args.repeat,
         probe=not args.no_probe,
     )
-    head = run_scripts(expand_scripts(args.scripts), args.out, config=config, label=args.label)
+    head = run_scripts(
+        expand_scripts(args.scripts),
+        args.out,
+        config=config,
+        label=args.label,
+        journal=args.journal,
+    )
     code = publish(head, base, Path(args.out), thresholds, fail_on)
     return EXIT_OK if args.no_gate else code
 
