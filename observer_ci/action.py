@@ -2,66 +2,166 @@
 
 Order matters: ``results.json`` and ``report.md`` are on disk, and the job summary
 written, before anything is posted, so a failed post never hides results.
+
+Exit codes (:mod:`observer_ci.constants`): 0 fine, 1 a ``fail_on`` rule tripped, 2 a bad
+input (also in the job summary), 3 observer-ci itself failed: it then still writes what
+it has (results, report, summary, outputs with ``status=error``) and says so.
 """
 
 from __future__ import annotations
 
-import os
+import sys
+import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from observer_ci import workflow
+from observer_ci.constants import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from observer_ci.escape import code_block
 from observer_ci.github import post_report
+from observer_ci.isolation import secure_environment
 from observer_ci.logs import configure, logger
 from observer_ci.report import render_report, write_report_files
-from observer_ci.rules import compare
+from observer_ci.results import RunResults
+from observer_ci.rules import Regression, compare
 from observer_ci.settings import Settings, SettingsError
 from observer_ci.workspace import load_baseline, run_install, run_scripts_subprocess
 
-EXIT_USAGE = 2
+__all__ = ["EXIT_INTERNAL_ERROR", "EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
+
+
+@dataclass
+class _Progress:
+    """What the run has produced so far: written out even when a later step crashes."""
+
+    head: RunResults | None = None
+    base: RunResults | None = None
+    regressions: list[Regression] = field(default_factory=list)
+    results_written: bool = False
+    summary_written: bool = False
+    outputs: dict[str, str] = field(default_factory=dict)
 
 
 def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
-    """Runs the action; returns the process exit code (1 when a fail_on rule tripped)."""
+    """Runs the action; returns the process exit code (see the module docstring).
+
+    With ``env=None`` (the real action) the process first drops every secret from its
+    environment (:func:`observer_ci.isolation.secure_environment`; this re-executes it).
+    """
+    env = secure_environment() if env is None else dict(env)
     configure()
-    env = dict(os.environ if env is None else env)
     try:
         settings = Settings.from_env(env, dry_run=dry_run)
     except SettingsError as e:
         workflow.command("error", str(e))
+        _summary_note(env.get("GITHUB_STEP_SUMMARY", ""), "❌ observer-ci: bad input", str(e))
         return EXIT_USAGE
+    progress = _Progress()
+    try:
+        return _run(settings, env, progress)
+    except Exception as e:  # a bug of ours: say so, keep what exists, exit 3 (not 1)
+        return _internal_error(settings, progress, e)
+
+
+def _run(settings: Settings, env: dict[str, str], progress: _Progress) -> int:
     out = Path(settings.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     if settings.event.warning:
-        notes.append(settings.event.warning)
-    install_error = run_install(settings)
+        notes.append(f"{settings.event.warning}: no pull request known, no comment posted")
+    install_error = run_install(settings, env)
     base = load_baseline(settings, out, notes, env) if not install_error else None
+    progress.base = base
     head = run_scripts_subprocess(
-        settings.scripts, out / "head", label="head", settings=settings, env=env
+        settings.scripts, out / "head", label="head", settings=settings, env=env, notes=notes
     )
+    progress.head = head
     if install_error:
         head.models.insert(0, install_error)
     head.environment.setdefault("notes", []).extend(notes)
     regressions = compare(head, base, settings.thresholds, settings.fail_on)
+    progress.regressions = regressions
     failed = any(r.fails_build for r in regressions)
 
     full = write_report_files(out, head, regressions, base, run_url=settings.run_url)
+    progress.results_written = True
     logger.info("wrote %s and %s", out / "results.json", out / "report.md")
     workflow.write_summary(settings.step_summary, full)
+    progress.summary_written = True
+    for note in notes:
+        workflow.command("warning", note)
     workflow.annotate(regressions)
 
-    outputs = {
-        "status": "failure" if failed else "success",
-        "results_path": str(out / "results.json"),
-        "report_path": str(out / "report.md"),
-        "regressions": str(sum(r.fails_build for r in regressions)),
-        "warnings": str(sum(not r.fails_build for r in regressions)),
-    }
+    outputs = progress.outputs
+    outputs.update(
+        {
+            "status": "failure" if failed else "success",
+            "results_path": str(out / "results.json"),
+            "report_path": str(out / "report.md"),
+            "regressions": str(sum(r.fails_build for r in regressions)),
+            "warnings": str(sum(not r.fails_build for r in regressions)),
+        }
+    )
 
     def render(max_chars: int) -> str:
         return render_report(head, regressions, base, max_chars=max_chars, run_url=settings.run_url)
 
     outputs.update(post_report(settings, render))
     workflow.write_outputs(settings.output_path, outputs)
-    return 1 if failed else 0
+    return EXIT_REGRESSION if failed else EXIT_OK
+
+
+def _internal_error(settings: Settings, progress: _Progress, error: Exception) -> int:
+    """Reports a crash of observer-ci itself and writes whatever was produced."""
+    what = f"{type(error).__name__}: {error}"
+    with workflow.commands_stopped():  # the text may quote the repository's files
+        traceback.print_exc(file=sys.stdout)
+        sys.stdout.flush()
+    workflow.command(
+        "error",
+        f"observer-ci failed internally ({what}); what it produced so far is kept. "
+        "Please report this with the log above.",
+        title="observer-ci internal error",
+    )
+    out = Path(settings.out_dir)
+    if progress.head is not None and not progress.results_written:
+        _best_effort(
+            lambda: write_report_files(
+                out, progress.head, progress.regressions, progress.base, run_url=settings.run_url
+            )
+        )
+    if not progress.summary_written:
+        report = out / "report.md"
+        _best_effort(
+            lambda: _summary_note(
+                settings.step_summary,
+                "💥 observer-ci failed internally",
+                what,
+                report.read_text(encoding="utf-8") if report.is_file() else "",
+            )
+        )
+    outputs = {**progress.outputs, "status": "error"}
+    if (out / "results.json").is_file():
+        outputs.setdefault("results_path", str(out / "results.json"))
+    _best_effort(lambda: workflow.write_outputs(settings.output_path, outputs))
+    return EXIT_INTERNAL_ERROR
+
+
+def _summary_note(path: str, headline: str, detail: str, report: str = "") -> None:
+    """A short job summary for a run that could not produce its report."""
+    if not path:
+        return
+    text = f"## {headline}\n\n{code_block(detail, 'Details', open_=True)}\n"
+    workflow.write_summary(path, text + (f"\n{report}" if report else ""))
+
+
+def _best_effort(step) -> None:
+    try:
+        step()
+    except Exception as e:  # already failing: log it, keep going
+        logger.error("while saving what exists: %s: %s", type(e).__name__, e)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(dry_run="--dry-run" in sys.argv[1:]))

@@ -25,6 +25,8 @@ TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 # Longest run a self-hosted runner allows (5 days); beyond it a timeout means "never".
 MAX_TIMEOUT_MINUTES = 7200.0
+# Timed runs per observation; more only measures the same median for hours.
+MAX_REPEAT = 10_000
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -185,9 +187,12 @@ class Settings:
 
 def _repeat(text: str) -> int:
     try:
-        return max(1, int(text))
+        value = int(text)
     except ValueError as e:
         raise SettingsError(f"input 'repeat' must be an integer, got {text!r}") from e
+    if value > MAX_REPEAT:
+        raise SettingsError(f"input 'repeat' must be at most {MAX_REPEAT}, got {text!r}")
+    return max(1, value)
 
 
 def _timeout_minutes(text: str) -> float:
