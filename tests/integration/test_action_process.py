@@ -3,7 +3,6 @@ OOM killer sends) or a corrupted results file loses only the rows of the script 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -42,9 +41,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to check the grandchild")
-def test_each_crash_loses_only_its_own_rows_and_a_hang_is_killed_with_its_children(
-    tmp_path, capfd
-):
+def test_each_crash_loses_only_its_own_rows_and_a_hang_is_killed_with_its_children(tmp_path, capfd):
     out = tmp_path / "out"
     pid_file = tmp_path / "grandchild.pid"
     paths = []
