@@ -31,7 +31,6 @@ from observer_ci.results import (
     STATUS_OK,
     STATUS_ORT_FAILED,
     STATUS_SCRIPT_FAILED,
-    InputInfo,
     ModelResult,
     ObservationResult,
     RunResults,
@@ -221,10 +220,7 @@ def process_model(
     phase = _Phases(result)
     with phase("infer"):
         try:
-            result.inputs = [
-                InputInfo(s.name, s.dtype, s.shapes, s.dynamic_dims)
-                for s in obs.input_summaries(entry.set_batch_dimension_for)
-            ]
+            result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
             result.dynamic_shapes = repr(obs.infer_dynamic_shapes(entry.set_batch_dimension_for))
         except Exception as e:
             result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
