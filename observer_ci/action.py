@@ -10,6 +10,7 @@ it has (results, report, summary, outputs with ``status=error``) and says so.
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 from collections.abc import Mapping
@@ -49,14 +50,20 @@ def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
     With ``env=None`` (the real action) the process first drops every secret from its
     environment (:func:`observer_ci.isolation.secure_environment`; this re-executes it).
     """
-    env = secure_environment() if env is None else dict(env)
+    if env is None:
+        env = secure_environment()
+        exit_on_sigterm()
+    env = dict(env)
     configure()
     try:
         settings = Settings.from_env(env, dry_run=dry_run)
     except SettingsError as e:
-        workflow.command("error", str(e))
-        _summary_note(env.get("GITHUB_STEP_SUMMARY", ""), "❌ observer-ci: bad input", str(e))
+        message, summary = str(e), env.get("GITHUB_STEP_SUMMARY", "")
+        workflow.command("error", message)
+        _best_effort(lambda: _summary_note(summary, "❌ observer-ci: bad input", message))
         return EXIT_USAGE
+    except Exception as e:  # a bug while reading the settings: nowhere known to write to
+        return _internal_error(Settings(scripts=[]), _Progress(), e)
     progress = _Progress()
     try:
         return _run(settings, env, progress)
@@ -146,6 +153,16 @@ def _internal_error(settings: Settings, progress: _Progress, error: Exception) -
         outputs.setdefault("results_path", str(out / "results.json"))
     _best_effort(lambda: workflow.write_outputs(settings.output_path, outputs))
     return EXIT_INTERNAL_ERROR
+
+
+def exit_on_sigterm() -> None:
+    """A cancelled job sends SIGTERM: unwind (``SystemExit``), so the running child's
+    process group is killed too instead of being left running."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _summary_note(path: str, headline: str, detail: str, report: str = "") -> None:

@@ -95,23 +95,11 @@ def run_isolated(
         )
         reader = threading.Thread(target=_forward, args=(proc, tail), daemon=True)
         reader.start()
-        deadline = begin + timeout_s + startup_s
-        timed_out = False
-        while True:
-            try:
-                proc.wait(timeout=_POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            now = time.monotonic()
-            period = progressed() if progressed is not None else None
-            if period is not None:
-                deadline = now + period
-            if now > deadline:
-                timed_out = True
-                _kill_group(proc)
-                proc.wait()
-                break
+        try:
+            timed_out = _wait(proc, begin + timeout_s + startup_s, progressed)
+        except BaseException:  # cancelled (SIGTERM, Ctrl-C): take the children along
+            _kill_group(proc)
+            raise
         _kill_group(proc)  # what it left behind (a daemon it started, say)
         reader.join(timeout=5)
         with contextlib.suppress(OSError):
@@ -122,6 +110,26 @@ def run_isolated(
         output_tail=bytes(tail).decode("utf-8", errors="replace"),
         seconds=time.monotonic() - begin,
     )
+
+
+def _wait(
+    proc: subprocess.Popen, deadline: float, progressed: Callable[[], float | None] | None
+) -> bool:
+    """Waits for ``proc``; kills its group and returns True when its time is up."""
+    while True:
+        try:
+            proc.wait(timeout=_POLL_S)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        period = progressed() if progressed is not None else None
+        if period is not None:
+            deadline = now + period
+        if now > deadline:
+            _kill_group(proc)
+            proc.wait()
+            return True
 
 
 def _forward(proc: subprocess.Popen, tail: bytearray) -> None:

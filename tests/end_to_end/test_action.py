@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -45,7 +46,9 @@ from tests.support.fake_github import FakeGitHub
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO_ROOT / "entrypoint.py"
 MLP_SCRIPT = REPO_ROOT / "examples" / "mlp_classifier.py"
-TOKEN = "ghs_e2eSecretToken0123456789abcdefXYZ"
+# random per session: the secret-hunting scripts read every process on the machine, other
+# test sessions' included
+TOKEN = f"ghs_e2eSecretToken{secrets.token_hex(12)}"
 OWNER, REPO = "octo", "models"
 RUN_ID = "4242"
 RUN_URL = f"https://github.com/{OWNER}/{REPO}/actions/runs/{RUN_ID}"
@@ -404,11 +407,11 @@ print("no newline at the end", end="")
 """
 SECRETS = {
     "INPUT_TOKEN": TOKEN,
-    "GITHUB_TOKEN": "ghs_githubTokenValue0123456789",
-    "ACTIONS_RUNTIME_TOKEN": "runtimeTokenValue0123456789",
-    "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "idTokenRequestValue0123456789",
-    "ACTIONS_ID_TOKEN_REQUEST_URL": "https://oidc.example/idTokenRequestUrl0123456789",
-    "HF_TOKEN": "hf_userTokenValue0123456789",
+    "GITHUB_TOKEN": f"ghs_githubToken{secrets.token_hex(12)}",
+    "ACTIONS_RUNTIME_TOKEN": f"runtimeToken{secrets.token_hex(12)}",
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN": f"idTokenRequest{secrets.token_hex(12)}",
+    "ACTIONS_ID_TOKEN_REQUEST_URL": f"https://oidc.example/{secrets.token_hex(12)}",
+    "HF_TOKEN": f"hf_userToken{secrets.token_hex(12)}",
 }
 
 
