@@ -3,6 +3,9 @@ OOM killer sends) or a corrupted results file loses only the rows of the script 
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -83,3 +86,33 @@ def test_each_crash_loses_only_its_own_rows_and_a_hang_is_killed_with_its_childr
     assert stdout.index(f"::{token}::", forged) > forged
     assert elapsed < 120
     print(f"5 crashes and recoveries in {elapsed:.1f}s")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to check the child")
+def test_a_cancelled_action_takes_its_running_child_along(tmp_path):
+    # the runner cancels a job with SIGTERM; the child runs in its own process group, so
+    # without unwinding it would be left running
+    pid_file = tmp_path / "child.pid"
+    child = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    )
+    parent = (
+        "import os, sys\n"
+        "from observer_ci.action import exit_on_sigterm\n"
+        "from observer_ci.workspace import run_isolated\n"
+        "exit_on_sigterm()\n"
+        f"run_isolated([sys.executable, '-c', {child!r}], cwd='.', env=dict(os.environ),"
+        " timeout_s=600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 5
+    while _alive(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child_pid)
