@@ -16,6 +16,7 @@ import contextlib
 import os
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -204,10 +205,9 @@ def run_scripts_subprocess(
     notes = notes if notes is not None else []
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONUNBUFFERED"] = "1"
-    if pythonpath:
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (pythonpath, child_env.get("PYTHONPATH", "")) if p
-        )
+    # the child must run this very observer_ci (the journal is a contract between the two)
+    paths = (pythonpath, child_env.get("PYTHONPATH", ""), _own_source_root())
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     pending = list(scripts)  # globs are expanded by the child, in its working directory
     models: list[ModelResult] = []
     header: RunResults | None = None
@@ -304,6 +304,14 @@ def _observer_child(
         except ValueError as e:
             state.problems.append(f"results.json unreadable: {e}")
     return outcome, state, final
+
+
+def _own_source_root() -> str:
+    """The directory holding this ``observer_ci`` package when it is not installed in a
+    site directory (a checkout, an editable install), else ""."""
+    root = Path(__file__).resolve().parent.parent
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    return "" if any(root == Path(d).resolve() for d in sites) else str(root)
 
 
 def _failure(name: str, script: str, error: str) -> ModelResult:
