@@ -18,18 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from observer_ci import workflow
+from observer_ci.artifact import Payload, write_payload
 from observer_ci.constants import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from observer_ci.escape import code_block
-from observer_ci.github import post_report
+from observer_ci.github import RenderReport, post_report
 from observer_ci.isolation import secure_environment
 from observer_ci.logs import configure, logger
 from observer_ci.report import render_report, write_report_files
 from observer_ci.results import RunResults
 from observer_ci.rules import Regression, compare
-from observer_ci.settings import Settings, SettingsError
+from observer_ci.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.workspace import load_baseline, run_install, run_scripts_subprocess
 
 __all__ = ["EXIT_INTERNAL_ERROR", "EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
+
+# Outputs renamed (old name -> new name): still written, until the next release.
+DEPRECATED_OUTPUTS = {"comment": "comment_status"}
 
 
 @dataclass
@@ -66,12 +70,20 @@ def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
         return _internal_error(Settings(scripts=[]), _Progress(), e)
     progress = _Progress()
     try:
-        return _run(settings, env, progress)
+        for message in settings.deprecations:
+            workflow.command("warning", message)
+        if settings.mode == MODE_PUBLISH:
+            from observer_ci.publish import publish
+
+            return publish(settings)
+        return run(settings, env, progress)
     except Exception as e:  # a bug of ours: say so, keep what exists, exit 3 (not 1)
         return _internal_error(settings, progress, e)
 
 
-def _run(settings: Settings, env: dict[str, str], progress: _Progress) -> int:
+def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None = None) -> int:
+    """Run mode: install, head (and base) runs, rules, report, payload, comment."""
+    progress = progress if progress is not None else _Progress()
     out = Path(settings.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
@@ -89,34 +101,74 @@ def _run(settings: Settings, env: dict[str, str], progress: _Progress) -> int:
     head.environment.setdefault("notes", []).extend(notes)
     regressions = compare(head, base, settings.thresholds, settings.fail_on)
     progress.regressions = regressions
-    failed = any(r.fails_build for r in regressions)
-
-    full = write_report_files(out, head, regressions, base, run_url=settings.run_url)
-    progress.results_written = True
-    logger.info("wrote %s and %s", out / "results.json", out / "report.md")
-    workflow.write_summary(settings.step_summary, full)
-    progress.summary_written = True
+    outputs, render = write_and_summarise(
+        settings, head, base, regressions, settings.label, progress=progress
+    )
     for note in notes:
         workflow.command("warning", note)
-    workflow.annotate(regressions)
-
-    outputs = progress.outputs
-    outputs.update(
-        {
-            "status": "failure" if failed else "success",
-            "results_path": str(out / "results.json"),
-            "report_path": str(out / "report.md"),
-            "regressions": str(sum(r.fails_build for r in regressions)),
-            "warnings": str(sum(not r.fails_build for r in regressions)),
-        }
+    progress.outputs.update(outputs)
+    payload = Payload(
+        pr_number=settings.pr_number,
+        head_sha=settings.head_sha,
+        run_id=settings.run_id,
+        comment_key=settings.comment_key,
+        label=settings.label,
+        thresholds=settings.thresholds,
+        fail_on=settings.fail_on,
     )
+    try:
+        outputs["payload_path"] = str(write_payload(settings.payload_path, payload, head, base))
+    except OSError as e:  # the report is written already; only a later publish job misses it
+        workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
+    outputs.update(post_report(settings, render))
+    progress.outputs.update(outputs)
+    write_outputs(settings, outputs)
+    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def write_and_summarise(
+    settings: Settings,
+    head: RunResults,
+    base: RunResults | None,
+    regressions: list[Regression],
+    label: str,
+    *,
+    progress: _Progress | None = None,
+) -> tuple[dict[str, str], RenderReport]:
+    """Writes results.json and report.md, the job summary and the annotations (all before
+    anything is posted); returns the gate outputs and the comment renderer."""
+    out = Path(settings.out_dir)
+    title = f"observer-ci ({label})" if label else "observer-ci"
+    full = write_report_files(out, head, regressions, base, run_url=settings.run_url, title=title)
+    if progress is not None:
+        progress.results_written = True
+    logger.info("wrote %s and %s", out / "results.json", out / "report.md")
+    workflow.write_summary(settings.step_summary, full)
+    if progress is not None:
+        progress.summary_written = True
+    workflow.annotate(regressions)
+    outputs = {
+        "status": "failure" if any(r.fails_build for r in regressions) else "success",
+        "results_path": str(out / "results.json"),
+        "report_path": str(out / "report.md"),
+        "regressions": str(sum(r.fails_build for r in regressions)),
+        "warnings": str(sum(not r.fails_build for r in regressions)),
+    }
 
     def render(max_chars: int) -> str:
-        return render_report(head, regressions, base, max_chars=max_chars, run_url=settings.run_url)
+        return render_report(
+            head, regressions, base, max_chars=max_chars, title=title, run_url=settings.run_url
+        )
 
-    outputs.update(post_report(settings, render))
+    return outputs, render
+
+
+def write_outputs(settings: Settings, outputs: dict[str, str]) -> None:
+    """Writes the step outputs, the deprecated names too (same values)."""
+    for old, new in DEPRECATED_OUTPUTS.items():
+        if new in outputs:
+            outputs[old] = outputs[new]
     workflow.write_outputs(settings.output_path, outputs)
-    return EXIT_REGRESSION if failed else EXIT_OK
 
 
 def _internal_error(settings: Settings, progress: _Progress, error: Exception) -> int:
@@ -132,10 +184,11 @@ def _internal_error(settings: Settings, progress: _Progress, error: Exception) -
         title="observer-ci internal error",
     )
     out = Path(settings.out_dir)
-    if progress.head is not None and not progress.results_written:
+    head = progress.head
+    if head is not None and not progress.results_written:
         _best_effort(
             lambda: write_report_files(
-                out, progress.head, progress.regressions, progress.base, run_url=settings.run_url
+                out, head, progress.regressions, progress.base, run_url=settings.run_url
             )
         )
     if not progress.summary_written:
@@ -151,7 +204,7 @@ def _internal_error(settings: Settings, progress: _Progress, error: Exception) -
     outputs = {**progress.outputs, "status": "error"}
     if (out / "results.json").is_file():
         outputs.setdefault("results_path", str(out / "results.json"))
-    _best_effort(lambda: workflow.write_outputs(settings.output_path, outputs))
+    _best_effort(lambda: write_outputs(settings, outputs))
     return EXIT_INTERNAL_ERROR
 
 

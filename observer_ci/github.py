@@ -133,6 +133,13 @@ def with_marker(body: str, marker: StickyMarker) -> str:
     return f"{marker.render()}\n{body}"
 
 
+def marker_for(key: str = "") -> str:
+    """The first line of the sticky comment for ``key`` as a run without a run id writes
+    it (``""``: the default key). Lines with sha/run differ: compare with
+    :func:`parse_marker`."""
+    return sticky_marker(key or DEFAULT_COMMENT_KEY).render()
+
+
 def comment_login(comment: dict) -> str:
     user = comment.get("user")
     return str(user.get("login") or "") if isinstance(user, dict) else ""
@@ -332,12 +339,18 @@ def _order(comment: dict) -> tuple[int, int]:
 RenderReport = Callable[[int], str]  # max_chars -> report body
 
 
-def post_report(
-    settings: Settings, render: RenderReport, *, comment_key: str = DEFAULT_COMMENT_KEY
-) -> dict[str, str]:
-    """Posts or updates the sticky comment for ``comment_key``; returns the step outputs
-    ``comment`` (and ``comment_url``). Any failure is a warning, never a lost result."""
-    if not settings.comment:
+def post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
+    """Posts or updates this job's sticky comment (``settings.sticky_key``); returns the
+    step outputs ``comment_status`` (and ``comment_url``). Any failure is a warning, never
+    a lost result."""
+    return {
+        ("comment_status" if k == "comment" else k): v
+        for k, v in _post_report(settings, render).items()
+    }
+
+
+def _post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
+    if not settings.post_comment:
         return {"comment": "disabled"}
     if settings.dry_run:
         logger.info("dry run: not posting")
@@ -353,7 +366,10 @@ def post_report(
         return {"comment": "no-token"}
     try:
         marker = sticky_marker(
-            comment_key, settings.head_sha, settings.run_id, settings.run_attempt
+            settings.sticky_key or DEFAULT_COMMENT_KEY,
+            settings.head_sha,
+            settings.run_id,
+            settings.run_attempt,
         )
         posted = _upsert_fitting(settings, settings.pr_number, render, marker)
     except GitHubError as e:
@@ -382,7 +398,10 @@ def post_failure(error: GitHubError, now: float | None = None) -> tuple[str, str
             f"could not post the PR comment: GitHub's API rate limit{when}: {error}",
         )
     if error.status == 403:
-        hint = " (a pull request from a fork gets a read-only token)"
+        hint = (
+            " (a pull request from a fork gets a read-only token: post from a workflow_run"
+            " job with mode: publish, see the README's two-step example)"
+        )
         return "forbidden", f"could not post the PR comment{hint}: {error}"
     return "failed", f"could not post the PR comment: {error}"
 
