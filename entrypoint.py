@@ -8,7 +8,6 @@ from observer_ci.isolation import secure_environment
 if __name__ == "__main__":
     # first, before anything else: re-executes this process without secrets in its environment
     env = secure_environment()
-    from observer_ci.action import exit_on_sigterm, main
+    from observer_ci.action import main
 
-    exit_on_sigterm()
-    sys.exit(main(env, dry_run="--dry-run" in sys.argv[1:]))
+    sys.exit(main(env, dry_run="--dry-run" in sys.argv[1:], handle_sigterm=True))

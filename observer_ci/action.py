@@ -48,14 +48,19 @@ class _Progress:
     outputs: dict[str, str] = field(default_factory=dict)
 
 
-def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
+def main(
+    env: Mapping[str, str] | None = None, *, dry_run: bool = False, handle_sigterm: bool = False
+) -> int:
     """Runs the action; returns the process exit code (see the module docstring).
 
     With ``env=None`` (the real action) the process first drops every secret from its
-    environment (:func:`observer_ci.isolation.secure_environment`; this re-executes it).
+    environment (:func:`observer_ci.isolation.secure_environment`; this re-executes it)
+    and, as with ``handle_sigterm``, unwinds on SIGTERM (:func:`exit_on_sigterm`).
     """
     if env is None:
         env = secure_environment()
+        handle_sigterm = True
+    if handle_sigterm:
         exit_on_sigterm()
     env = dict(env)
     configure()
