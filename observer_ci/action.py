@@ -2,17 +2,27 @@
 
 Order matters: ``results.json`` and ``report.md`` are on disk, and the job summary
 written, before anything is posted, so a failed post never hides results.
+
+Exit codes (:mod:`observer_ci.constants`): 0 fine, 1 a ``fail_on`` rule tripped, 2 a bad
+input (also in the job summary), 3 observer-ci itself failed: it then still writes what
+it has (results, report, summary, outputs with ``status=error``) and says so.
 """
 
 from __future__ import annotations
 
-import os
+import signal
+import sys
+import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from observer_ci import workflow
 from observer_ci.artifact import Payload, write_payload
+from observer_ci.constants import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from observer_ci.escape import code_block
 from observer_ci.github import RenderReport, post_report
+from observer_ci.isolation import secure_environment
 from observer_ci.logs import configure, logger
 from observer_ci.report import render_report, write_report_files
 from observer_ci.results import RunResults
@@ -20,44 +30,80 @@ from observer_ci.rules import Regression, compare
 from observer_ci.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.workspace import run_base_and_head, run_install, run_scripts_subprocess
 
-EXIT_USAGE = 2
+__all__ = ["EXIT_INTERNAL_ERROR", "EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
+
 # Outputs renamed (old name -> new name): still written, until the next release.
 DEPRECATED_OUTPUTS = {"comment": "comment_status"}
 
 
-def main(env: Mapping[str, str] | None = None, *, dry_run: bool = False) -> int:
-    """Runs the action; returns the process exit code (1 when a fail_on rule tripped)."""
+@dataclass
+class _Progress:
+    """What the run has produced so far: written out even when a later step crashes."""
+
+    head: RunResults | None = None
+    base: RunResults | None = None
+    regressions: list[Regression] = field(default_factory=list)
+    results_written: bool = False
+    summary_written: bool = False
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+def main(
+    env: Mapping[str, str] | None = None, *, dry_run: bool = False, handle_sigterm: bool = False
+) -> int:
+    """Runs the action; returns the process exit code (see the module docstring).
+
+    With ``env=None`` (the real action) the process first drops every secret from its
+    environment (:func:`observer_ci.isolation.secure_environment`; this re-executes it)
+    and, as with ``handle_sigterm``, unwinds on SIGTERM (:func:`exit_on_sigterm`).
+    """
+    if env is None:
+        env = secure_environment()
+        handle_sigterm = True
+    if handle_sigterm:
+        exit_on_sigterm()
+    env = dict(env)
     configure()
-    env = dict(os.environ if env is None else env)
     try:
         settings = Settings.from_env(env, dry_run=dry_run)
     except SettingsError as e:
-        workflow.command("error", str(e))
+        message, summary = str(e), env.get("GITHUB_STEP_SUMMARY", "")
+        workflow.command("error", message)
+        _best_effort(lambda: _summary_note(summary, "❌ observer-ci: bad input", message))
         return EXIT_USAGE
-    for message in settings.deprecations:
-        workflow.command("warning", message)
-    if settings.mode == MODE_PUBLISH:
-        from observer_ci.publish import publish
+    except Exception as e:  # a bug while reading the settings: nowhere known to write to
+        return _internal_error(Settings(scripts=[]), _Progress(), e)
+    progress = _Progress()
+    try:
+        for message in settings.deprecations:
+            workflow.command("warning", message)
+        if settings.mode == MODE_PUBLISH:
+            from observer_ci.publish import publish
 
-        return publish(settings)
-    return run(settings, env)
+            return publish(settings)
+        return run(settings, env, progress)
+    except Exception as e:  # a bug of ours: say so, keep what exists, exit 3 (not 1)
+        return _internal_error(settings, progress, e)
 
 
-def run(settings: Settings, env: Mapping[str, str]) -> int:
+def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None = None) -> int:
     """Run mode: install, head (and base) runs, rules, report, payload, comment."""
+    progress = progress if progress is not None else _Progress()
     out = Path(settings.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     if settings.event.warning:
-        notes.append(settings.event.warning)
-    install_error = run_install(settings)
+        notes.append(f"{settings.event.warning}: no pull request known, no comment posted")
+    install_error = run_install(settings, env)
     if install_error:
         base = None
         head = run_scripts_subprocess(
-            settings.scripts, out / "head", label="head", settings=settings, env=env
+            settings.scripts, out / "head", label="head", settings=settings, env=env, notes=notes
         )
     else:
         base, head = run_base_and_head(settings, out, notes, env)
+    progress.base = base
+    progress.head = head
     if install_error:
         head.models.insert(0, install_error)
     head.commit = head.commit or settings.head_sha
@@ -65,7 +111,13 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         base.commit = base.commit or settings.base_commit or ""
     head.environment.setdefault("notes", []).extend(notes)
     regressions = compare(head, base, settings.thresholds, settings.fail_on)
-    outputs, render = write_and_summarise(settings, head, base, regressions, settings.label)
+    progress.regressions = regressions
+    outputs, render = write_and_summarise(
+        settings, head, base, regressions, settings.label, progress=progress
+    )
+    for note in notes:
+        workflow.command("warning", note)
+    progress.outputs.update(outputs)
     payload = Payload(
         pr_number=settings.pr_number,
         head_sha=settings.head_sha,
@@ -80,8 +132,9 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
     except OSError as e:  # the report is written already; only a later publish job misses it
         workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
     outputs.update(post_report(settings, render))
+    progress.outputs.update(outputs)
     write_outputs(settings, outputs)
-    return 1 if any(r.fails_build for r in regressions) else 0
+    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
 
 
 def write_and_summarise(
@@ -90,6 +143,8 @@ def write_and_summarise(
     base: RunResults | None,
     regressions: list[Regression],
     label: str,
+    *,
+    progress: _Progress | None = None,
 ) -> tuple[dict[str, str], RenderReport]:
     """Writes results.json and report.md, the job summary and the annotations (all before
     anything is posted); returns the gate outputs and the comment renderer."""
@@ -97,8 +152,12 @@ def write_and_summarise(
     title = f"observer-ci ({label})" if label else "observer-ci"
     options = {"run_url": settings.run_url, "title": title, "thresholds": settings.thresholds}
     full = write_report_files(out, head, regressions, base, **options)
+    if progress is not None:
+        progress.results_written = True
     logger.info("wrote %s and %s", out / "results.json", out / "report.md")
     workflow.write_summary(settings.step_summary, full)
+    if progress is not None:
+        progress.summary_written = True
     workflow.annotate(regressions)
     outputs = {
         "status": "failure" if any(r.fails_build for r in regressions) else "success",
@@ -120,3 +179,69 @@ def write_outputs(settings: Settings, outputs: dict[str, str]) -> None:
         if new in outputs:
             outputs[old] = outputs[new]
     workflow.write_outputs(settings.output_path, outputs)
+
+
+def _internal_error(settings: Settings, progress: _Progress, error: Exception) -> int:
+    """Reports a crash of observer-ci itself and writes whatever was produced."""
+    what = f"{type(error).__name__}: {error}"
+    with workflow.commands_stopped():  # the text may quote the repository's files
+        traceback.print_exc(file=sys.stdout)
+        sys.stdout.flush()
+    workflow.command(
+        "error",
+        f"observer-ci failed internally ({what}); what it produced so far is kept. "
+        "Please report this with the log above.",
+        title="observer-ci internal error",
+    )
+    out = Path(settings.out_dir)
+    head = progress.head
+    if head is not None and not progress.results_written:
+        _best_effort(
+            lambda: write_report_files(
+                out, head, progress.regressions, progress.base, run_url=settings.run_url
+            )
+        )
+    if not progress.summary_written:
+        report = out / "report.md"
+        _best_effort(
+            lambda: _summary_note(
+                settings.step_summary,
+                "💥 observer-ci failed internally",
+                what,
+                report.read_text(encoding="utf-8") if report.is_file() else "",
+            )
+        )
+    outputs = {**progress.outputs, "status": "error"}
+    if (out / "results.json").is_file():
+        outputs.setdefault("results_path", str(out / "results.json"))
+    _best_effort(lambda: write_outputs(settings, outputs))
+    return EXIT_INTERNAL_ERROR
+
+
+def exit_on_sigterm() -> None:
+    """A cancelled job sends SIGTERM: unwind (``SystemExit``), so the running child's
+    process group is killed too instead of being left running."""
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _summary_note(path: str, headline: str, detail: str, report: str = "") -> None:
+    """A short job summary for a run that could not produce its report."""
+    if not path:
+        return
+    text = f"## {headline}\n\n{code_block(detail, 'Details', open_=True)}\n"
+    workflow.write_summary(path, text + (f"\n{report}" if report else ""))
+
+
+def _best_effort(step) -> None:
+    try:
+        step()
+    except Exception as e:  # already failing: log it, keep going
+        logger.error("while saving what exists: %s: %s", type(e).__name__, e)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(dry_run="--dry-run" in sys.argv[1:]))

@@ -7,11 +7,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from observer_ci.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from observer_ci.results import RunResults
 
-EXIT_OK = 0
-EXIT_REGRESSION = 1
-EXIT_USAGE = 2
+__all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
+    )
+    run.add_argument(
+        "--journal", help="append each script's rows to this JSON-lines file once it is done"
     )
 
     compare = sub.add_parser("compare", help="compare two results.json files")
@@ -162,6 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config=config,
         label=args.label,
         verbose=args.verbose,
+        journal=args.journal,
     )
     code = publish(head, base, Path(args.out), thresholds, fail_on)
     return EXIT_OK if args.no_gate else code

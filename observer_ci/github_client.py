@@ -22,6 +22,9 @@ API_VERSION = "2022-11-28"
 USER_AGENT = "observer-ci"
 PER_PAGE = 100
 BACKOFF_BASE_S = 1.0
+# Every call of one client, retries and waits included, ends within this many seconds
+# (an API that does not answer at all costs at most this, not retries x timeouts).
+DEFAULT_DEADLINE_S = 150.0
 _MASK = "***"
 
 
@@ -45,6 +48,17 @@ class GitHubError(Exception):
         # True when a non-idempotent call may or may not have taken effect (5xx, lost
         # connection): the caller decides how to retry without duplicating.
         self.ambiguous = ambiguous
+        # Set when GitHub said "rate limited": seconds it asked us to wait, and when
+        # (epoch seconds) the limit resets, if it said so.
+        self.retry_after_s: float | None = None
+        self.rate_limit_reset: float | None = None
+
+    @property
+    def rate_limited(self) -> bool:
+        """A refusal because of a rate limit (not a missing permission)."""
+        if self.status == 429 or self.retry_after_s is not None:
+            return True
+        return self.status == 403 and "rate limit" in self.message.lower()
 
     def __str__(self) -> str:
         where = " ".join(part for part in (self.method, self.url) if part)
@@ -117,6 +131,7 @@ class GitHubClient:
         max_retries: int = 4,
         max_backoff_s: float = 30.0,
         timeout_s: float = 30.0,
+        deadline_s: float = DEFAULT_DEADLINE_S,
         sleep: Callable[[float], None] = time.sleep,
         session: requests.Session | None = None,
     ) -> None:
@@ -129,6 +144,8 @@ class GitHubClient:
         self.max_retries = max_retries
         self.max_backoff_s = max(0.0, max_backoff_s)
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
+        self._deadline = time.monotonic() + deadline_s
         self._sleep = sleep
         self._session = session if session is not None else requests.Session()
         self._origin = _origin(self.api_url)
@@ -153,7 +170,10 @@ class GitHubClient:
         """Send one API call, retrying transient failures; raise GitHubError on failure.
 
         At most ``max_retries + 1`` attempts are made and each wait is capped at
-        ``max_backoff_s``, so the total sleep is at most ``max_retries * max_backoff_s``.
+        ``max_backoff_s``, so the total sleep is at most ``max_retries * max_backoff_s``;
+        and no call starts, waits or reads past the client's deadline (``deadline_s`` after
+        it was made). A rate limit that resets later than ``max_backoff_s`` is not waited
+        for: the error says when it resets.
         A non-idempotent call (POST by default) is not retried after a 5xx or a lost
         connection, since it may have taken effect: it raises with ``ambiguous=True``.
         Rate-limit answers (the call was refused) are retried for every method.
@@ -164,6 +184,7 @@ class GitHubClient:
             idempotent = method != "POST"
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
+            self._check_deadline(method, url)
             try:
                 response = self._send(method, url, params, json)
                 if response.status_code < 400:
@@ -187,6 +208,8 @@ class GitHubClient:
                     raise error
                 if delay is None or last:
                     raise error
+            if delay > self._remaining():
+                raise error  # waiting would overrun the deadline
             self._log_retry(error, attempt, delay)
             self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -202,6 +225,10 @@ class GitHubClient:
     def patch_json(self, path: str, json: Any) -> Any:
         """PATCH a JSON body to ``path`` and decode the JSON response."""
         return _json_or_none(self.request("PATCH", path, json=json))
+
+    def delete(self, path: str) -> None:
+        """DELETE ``path`` (idempotent: retried like a GET)."""
+        self.request("DELETE", path)
 
     def paginate(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[dict]:
         """Yield every item of a list endpoint, following ``Link: rel="next"`` to the end."""
@@ -240,7 +267,7 @@ class GitHubClient:
             params=params or None,
             json=json,
             headers=self._headers(),
-            timeout=self.timeout_s,
+            timeout=max(0.05, min(self.timeout_s, self._remaining())),
             allow_redirects=False,
         )
 
@@ -266,14 +293,18 @@ class GitHubClient:
             return None
         indicated = rate_limit_delay(response.headers, time.time())
         if indicated is not None:
-            return min(self.max_backoff_s, indicated)
+            # a limit resetting later than we would ever wait: say so, do not hammer
+            return indicated if indicated <= self.max_backoff_s else None
         if status == 429 or _mentions_rate_limit(response):
             return self._backoff(attempt)
         return None  # a plain 403 is a permission problem: retrying will not help
 
     def wait_before_retry(self, error: GitHubError, attempt: int) -> None:
-        """Backs off like a transient failure; for callers that retry at a higher level."""
+        """Backs off like a transient failure; for callers that retry at a higher level.
+        Raises ``error`` when the wait would overrun the deadline."""
         delay = self._backoff(attempt)
+        if delay > self._remaining():
+            raise error
         self._log_retry(error, attempt, delay)
         self._sleep(delay)
 
@@ -288,11 +319,28 @@ class GitHubClient:
             delay,
         )
 
+    def _remaining(self) -> float:
+        return self._deadline - time.monotonic()
+
+    def _check_deadline(self, method: str, url: str) -> None:
+        if self._remaining() <= 0:
+            raise GitHubError(
+                f"gave up: no usable answer from the GitHub API within {self.deadline_s:g}s",
+                method=method,
+                url=url,
+            )
+
     def _error(self, response: requests.Response, method: str, url: str) -> GitHubError:
         message = error_message(response)
         if self.__token:
             message = message.replace(self.__token, _MASK)
-        return GitHubError(message, status=response.status_code, method=method, url=url)
+        error = GitHubError(message, status=response.status_code, method=method, url=url)
+        if response.status_code in (403, 429):
+            now = time.time()
+            error.retry_after_s = rate_limit_delay(response.headers, now)
+            if error.retry_after_s is not None:
+                error.rate_limit_reset = now + error.retry_after_s
+        return error
 
 
 def _mentions_rate_limit(response: requests.Response) -> bool:

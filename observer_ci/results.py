@@ -243,7 +243,10 @@ class RunResults:
             raise ValueError(f"{path}: not valid JSON ({e})") from e
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except (TypeError, AttributeError, KeyError) as e:  # e.g. "models": "abc"
+            raise ValueError(f"{path}: malformed results ({type(e).__name__}: {e})") from e
 
 
 def max_or_none(values) -> float | None:
@@ -303,6 +306,9 @@ def _build(cls, data: dict[str, Any] | None):
 
 def _model_from_dict(data: dict[str, Any]) -> ModelResult:
     model = _build(ModelResult, data)
+    for key in ("name", "script", "status"):
+        if not isinstance(getattr(model, key), str):
+            raise ValueError(f"a model's {key!r} must be a string, got {getattr(model, key)!r:.80}")
     model.inputs = [_build(InputInfo, i) for i in data.get("inputs", [])]
     model.export = _build(ExportResult, data.get("export"))
     model.observations = [_build(ObservationResult, o) for o in data.get("observations", [])]

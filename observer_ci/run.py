@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import re
 import runpy
@@ -24,6 +25,7 @@ from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
 from observer_ci.export_cache import cached_export, export_key
 from observer_ci.graph_warnings import graph_warnings
+from observer_ci.journal import JournalWriter
 from observer_ci.logs import log_group, quiet_third_party
 from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
@@ -82,9 +84,14 @@ def run_scripts(
     label: str = "head",
     progress: Progress = progress_line,
     verbose: bool = False,
+    journal: str | os.PathLike[str] | None = None,
 ) -> RunResults:
     """Runs every script and checks every model it observed. Never raises for bad input.
-    Third-party warnings stay quiet unless ``verbose``."""
+    Third-party warnings stay quiet unless ``verbose``.
+
+    With ``journal``, each script's rows are appended there as soon as it is done
+    (:mod:`observer_ci.journal`), so a process killed mid-way loses only the running one.
+    """
     config = config or RunConfig()
     out = Path(out_dir)
     results = RunResults(
@@ -93,9 +100,17 @@ def run_scripts(
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         settings=config.recorded(),
     )
+    writer = JournalWriter(journal) if journal else None
+    if writer:
+        writer.begin(results, [str(s) for s in scripts])
     with quiet_third_party(verbose):
         for script in scripts:
-            results.models.extend(run_script(str(script), out, config=config, progress=progress))
+            if writer:
+                writer.start(str(script))
+            models = run_script(str(script), out, config=config, progress=progress)
+            results.models.extend(models)
+            if writer:
+                writer.done(str(script), models)
     return results
 
 
@@ -208,8 +223,19 @@ def _execute(script: str) -> None:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
+# File names stay well under the 255 bytes most file systems allow (".onnx.data" and
+# friends are appended to them).
+MAX_FILENAME_CHARS = 120
+
+
 def safe_filename(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
+    """A file name for ``name``: unsafe characters replaced; a long name is cut and
+    given a hash of the full name, so two long names sharing a prefix stay apart."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
+    if len(safe) <= MAX_FILENAME_CHARS:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{safe[: MAX_FILENAME_CHARS - 17]}-{digest}"
 
 
 def process_model(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from observer_ci.constants import COMMENT_KEY_PATTERN
 from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, parse_fail_on, parse_thresholds
 
 
@@ -26,11 +27,13 @@ TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 # Longest run a self-hosted runner allows (5 days); beyond it a timeout means "never".
 MAX_TIMEOUT_MINUTES = 7200.0
+# Timed runs per observation; more only measures the same median for hours.
+MAX_REPEAT = 10_000
 MODE_RUN = "run"  # run the scripts, write results and the payload, post when allowed
 MODE_PUBLISH = "publish"  # post the payload(s) of earlier jobs (workflow_run, after a matrix)
 MODES = (MODE_RUN, MODE_PUBLISH)
 # A comment key or label goes into the sticky marker (an HTML comment): a plain word only.
-KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+KEY_RE = re.compile(rf"^{COMMENT_KEY_PATTERN}$")
 # Inputs renamed (old name -> new name): the old names work until the next release.
 DEPRECATED_INPUTS = {"comment": "post_comment"}
 
@@ -132,6 +135,7 @@ class Settings:
     github_server_url: str = "https://github.com"
     repository: str = ""
     run_id: str = ""
+    run_attempt: str = ""
     base_ref: str = ""
     head_sha: str = ""
     workspace: str = "."
@@ -182,6 +186,7 @@ class Settings:
             github_server_url=get("GITHUB_SERVER_URL", "https://github.com").rstrip("/"),
             repository=get("GITHUB_REPOSITORY"),
             run_id=get("GITHUB_RUN_ID"),
+            run_attempt=get("GITHUB_RUN_ATTEMPT"),
             base_ref=get("GITHUB_BASE_REF"),
             head_sha=event.head_sha or get("GITHUB_SHA"),
             workspace=get("GITHUB_WORKSPACE", "."),
@@ -255,9 +260,12 @@ def _key(name: str, text: str) -> str:
 
 def _repeat(text: str) -> int:
     try:
-        return max(1, int(text))
+        value = int(text)
     except ValueError as e:
         raise SettingsError(f"input 'repeat' must be an integer, got {text!r}") from e
+    if value > MAX_REPEAT:
+        raise SettingsError(f"input 'repeat' must be at most {MAX_REPEAT}, got {text!r}")
+    return max(1, value)
 
 
 def _timeout_minutes(text: str) -> float:

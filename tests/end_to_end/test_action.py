@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -36,7 +37,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from observer_ci.github import FALLBACK_COMMENT_MAX_CHARS as FALLBACK_COMMENT_LIMIT
-from observer_ci.github import MARKER
+from observer_ci.github import MARKER, parse_marker
 from observer_ci.report import GITHUB_MAX_CHARS, TRUNCATION_NOTE, render_report
 from observer_ci.results import ModelResult, RunResults
 from observer_ci.rules import Thresholds, compare, parse_fail_on
@@ -45,7 +46,9 @@ from tests.support.fake_github import FakeGitHub
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO_ROOT / "entrypoint.py"
 MLP_SCRIPT = REPO_ROOT / "examples" / "mlp_classifier.py"
-TOKEN = "ghs_e2eSecretToken0123456789abcdefXYZ"
+# random per session: the secret-hunting scripts read every process on the machine, other
+# test sessions' included
+TOKEN = f"ghs_e2eSecretToken{secrets.token_hex(12)}"
 OWNER, REPO = "octo", "models"
 RUN_ID = "4242"
 RUN_URL = f"https://github.com/{OWNER}/{REPO}/actions/runs/{RUN_ID}"
@@ -99,7 +102,13 @@ def list_path(pr: int) -> str:
 
 
 def sticky_comments(gh: FakeGitHub, pr: int) -> list[dict]:
-    return [c for c in gh.comments(OWNER, REPO, pr) if MARKER in (c.get("body") or "")]
+    return [c for c in gh.comments(OWNER, REPO, pr) if parse_marker(c.get("body"))]
+
+
+def after_marker(body: str) -> str:
+    """A comment or report without its marker line (the posted one carries key/sha/run)."""
+    assert parse_marker(body) is not None, body[:200]
+    return body.split("\n", 1)[1]
 
 
 # -- running the action ---------------------------------------------------------------
@@ -374,16 +383,79 @@ def dry_run(quiet_gh, tmp_path_factory) -> Run:
     return run_action(tmp_path_factory.mktemp("dry"), quiet_gh, argv=("--dry-run",))
 
 
+# Repository code that looks for secrets everywhere it can: its environment, every
+# readable /proc/*/environ and /proc/*/cmdline (the action's own process among them), then
+# prints workflow commands of its own. It observes no model (a script_failed row).
+DUMP_SCRIPT = """
+import json, os, pathlib, sys
+kind = sys.argv[1] if len(sys.argv) > 1 else "script"
+found = {"environ": dict(os.environ), "proc": {}, "denied": [], "ancestors": []}
+for d in pathlib.Path("/proc").iterdir():
+    if d.name.isdigit():
+        for name in ("environ", "cmdline"):
+            try:
+                found["proc"][d.name + "/" + name] = (d / name).read_bytes().decode("latin-1")
+            except OSError as e:
+                found["denied"].append(d.name + "/" + name + ": " + type(e).__name__)
+pid = os.getpid()
+while pid > 1:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    pid = int(stat.rsplit(")", 1)[1].split()[1])
+    found["ancestors"].append(pid)
+out = pathlib.Path(os.environ["DUMP_DIR"]) / f"{kind}-{os.getpid()}.json"
+out.write_text(json.dumps(found))
+print("::error title=forged::annotation from the script")
+print("::add-mask::visible")
+print("no newline at the end", end="")
+"""
+SECRETS = {
+    "INPUT_TOKEN": TOKEN,
+    "GITHUB_TOKEN": f"ghs_githubToken{secrets.token_hex(12)}",
+    "ACTIONS_RUNTIME_TOKEN": f"runtimeToken{secrets.token_hex(12)}",
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN": f"idTokenRequest{secrets.token_hex(12)}",
+    "ACTIONS_ID_TOKEN_REQUEST_URL": f"https://oidc.example/{secrets.token_hex(12)}",
+    "HF_TOKEN": f"hf_userToken{secrets.token_hex(12)}",
+}
+
+
+def write_dump_script(tmp: Path) -> tuple[Path, Path]:
+    dumps = tmp / "dumps"
+    dumps.mkdir(parents=True, exist_ok=True)
+    script = tmp / "dump_secrets.py"
+    script.write_text(DUMP_SCRIPT, encoding="utf-8")
+    return script, dumps
+
+
+def assert_no_secret_in_dumps(dumps: Path, expected_kinds: set[str]) -> None:
+    files = sorted(dumps.glob("*.json"))
+    assert {f.name.split("-")[0] for f in files} == expected_kinds, files
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        found = json.loads(text)
+        assert found["environ"]["DUMP_DIR"] == str(dumps)  # it did read its environment
+        assert any(k.endswith("/environ") for k in found["proc"])  # and some /proc files
+        for name, value in SECRETS.items():
+            assert value not in text, (path.name, name)
+        # the action's process is an ancestor: its environment was unreadable or clean
+        action = [
+            pid
+            for pid in found["ancestors"]
+            if "entrypoint.py" in found["proc"].get(f"{pid}/cmdline", "")
+        ]
+        assert action, found["ancestors"]
+
+
 @pytest.fixture(scope="module")
 def install_run(quiet_gh, tmp_path_factory) -> Run:
-    # repository code that prints the token: it must not see it
-    leak = 'echo "install saw token=[$INPUT_TOKEN] [$GITHUB_TOKEN]"; exit 3'
+    # repository code that looks for the token: it must not find it
+    tmp = tmp_path_factory.mktemp("install")
+    script, dumps = write_dump_script(tmp)
+    leak = (
+        f'{sys.executable} {script} install; echo "install saw token=[$INPUT_TOKEN] '
+        '[$GITHUB_TOKEN]"; exit 3'
+    )
     return run_action(
-        tmp_path_factory.mktemp("install"),
-        quiet_gh,
-        argv=("--dry-run",),
-        INPUT_INSTALL=leak,
-        GITHUB_TOKEN=TOKEN,
+        tmp, quiet_gh, argv=("--dry-run",), INPUT_INSTALL=leak, DUMP_DIR=str(dumps), **SECRETS
     )
 
 
@@ -394,9 +466,165 @@ def test_failed_install_is_a_result_row_and_never_sees_the_token(install_run):
     assert "install saw token=[] []" in rows["install"].error
     assert "exited with 3" in rows["install"].error
     assert "install" in install_run.report
+    assert_no_secret_in_dumps(install_run.out.parent / "dumps", {"install"})
+
+
+def guarded_lines(stdout: str) -> set[int]:
+    """Indexes of the stdout lines inside a ``::stop-commands::`` guard."""
+    inside, token, lines = set(), None, stdout.split("\n")
+    for i, line in enumerate(lines):
+        if token is None and line.startswith("::stop-commands::"):
+            token = line.split("::")[2]
+            assert len(token) >= 32, line
+        elif token is not None and line == f"::{token}::":
+            token = None
+        elif token is not None:
+            inside.add(i)
+    assert token is None, "a guard was left open"
+    return inside
+
+
+# -- issue 7: two actions at once, a person's marker, secrets hunted by the script ---------
+
+RACE_PR = 20
+RACE_RUNS = ("5001", "5002")
+
+
+@pytest.fixture(scope="module")
+def race_gh() -> Iterator[RecordingFakeGitHub]:
+    with RecordingFakeGitHub(token=TOKEN) as server:
+        server.latency_s = 0.02
+        yield server
+
+
+@pytest.fixture(scope="module")
+def race_runs(race_gh, tmp_path_factory) -> dict[str, Run]:
+    """Two actions started together on one PR; both list the comments before either
+    posts (the fake holds the first two listings until both arrived), so both create."""
+    people = race_gh.seed_comments(
+        OWNER,
+        REPO,
+        RACE_PR,
+        2,
+        lambda i: f"{MARKER}\nmy own notes" if i == 0 else f"> {MARKER}\n> quoted report",
+        login="octocat",
+    )
+    race_gh.hold("GET", rf"^{list_path(RACE_PR)}$", 2, timeout_s=120)
+    tmp = tmp_path_factory.mktemp("race")
+    script, dumps = write_dump_script(tmp)
+    runs: dict[str, Run] = {}
+
+    def one(run_id: str) -> None:
+        runs[run_id] = run_action(
+            tmp / run_id,
+            race_gh,
+            pr=RACE_PR,
+            INPUT_SCRIPT=str(script),
+            GITHUB_RUN_ID=run_id,
+            DUMP_DIR=str(dumps),
+            **SECRETS,
+        )
+
+    threads = [threading.Thread(target=one, args=(run_id,)) for run_id in RACE_RUNS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert race_gh.comments(OWNER, REPO, RACE_PR)[:2] == people  # untouched
+    return runs
+
+
+def test_two_actions_at_once_end_with_exactly_one_comment_holding_the_newer_report(
+    race_gh, race_runs
+):
+    for run in race_runs.values():
+        assert run.returncode == 1, run.log  # the script observed nothing: script_failed
+        assert run.outputs["comment"] in ("created", "updated", "superseded"), run.log
+    posts = [r for r in race_gh.sent if r.method == "POST"]
+    assert len(posts) == 2  # the race did happen: both created a comment
+    comments = race_gh.comments(OWNER, REPO, RACE_PR)
+    ours = [c for c in comments if c["user"]["login"] == "github-actions[bot]"]
+    assert len(ours) == 1, comments
+    assert parse_marker(ours[0]["body"]).run == int(max(RACE_RUNS))
+    assert [r.method for r in race_gh.sent].count("DELETE") >= 1
+    # a person's comment carrying the marker (first line, or quoted) was never touched
+    assert len(comments) == 3
+    touched = {r.path.rsplit("/", 1)[-1] for r in race_gh.sent if r.method in ("PATCH", "DELETE")}
+    assert not touched & {str(c["id"]) for c in comments[:2]}
+
+
+def test_the_scripts_find_no_secret_anywhere(race_runs):
+    dumps = next(iter(race_runs.values())).out.parent.parent / "dumps"
+    assert_no_secret_in_dumps(dumps, {"script"})
+    assert len(list(dumps.glob("*.json"))) == 2
+
+
+def test_workflow_commands_printed_by_the_scripts_stay_inside_the_guard(race_runs):
+    for run in race_runs.values():
+        lines = run.stdout.split("\n")
+        inside = guarded_lines(run.stdout)
+        forged = [i for i, line in enumerate(lines) if "forged" in line or "add-mask" in line]
+        assert len(forged) == 2, run.stdout
+        assert set(forged) <= inside
+        # our own annotations are outside it
+        ours = [i for i, line in enumerate(lines) if line.startswith("::error title=observer-ci")]
+        assert ours and not set(ours) & inside
+
+
+# -- issue 7: bad files, a missing event file, a crash of our own --------------------------
+
+
+@pytest.fixture(scope="module")
+def broken_run(quiet_gh, tmp_path_factory) -> Run:
+    """A malformed baseline, a missing event file, and GITHUB_OUTPUT that cannot be
+    written (a directory): the last step crashes, everything before it is kept."""
+    tmp = tmp_path_factory.mktemp("broken")
+    baseline = tmp / "baseline.json"
+    baseline.write_text(json.dumps({"schema_version": 1, "models": [{"bogus": 1}]}))
+    script = tmp / "observes_nothing.py"
+    script.write_text("print('nothing to observe')\n")
+    (tmp / "outputs-dir").mkdir()
+    return run_action(
+        tmp,
+        quiet_gh,
+        INPUT_SCRIPT=str(script),
+        INPUT_BASELINE=str(baseline),
+        GITHUB_EVENT_PATH=str(tmp / "no-such-event.json"),
+        GITHUB_OUTPUT=str(tmp / "outputs-dir"),
+    )
+
+
+def test_bad_files_are_warnings_and_an_internal_crash_exits_3_keeping_what_exists(broken_run):
+    run = broken_run
+    assert run.returncode == 3, run.log
+    assert "Traceback" in run.stdout  # inside the guard, for the bug report
+    assert all(
+        i in guarded_lines(run.stdout)
+        for i, line in enumerate(run.stdout.split("\n"))
+        if line.startswith("Traceback")
+    )
+    errors = [line for line in run.stdout.splitlines() if line.startswith("::error ")]
+    assert any(
+        "observer-ci internal error" in line and "IsADirectoryError" in line for line in errors
+    ), run.stdout
+    warnings = [line for line in run.stdout.splitlines() if line.startswith("::warning ")]
+    assert any("could not be read" in w and "malformed results" in w for w in warnings), warnings
+    assert any("no-such-event.json does not exist" in w for w in warnings), warnings
+    # results, report and summary were written before the crash, warnings included
+    assert [m.name for m in run.results.models] == ["observes_nothing"]
+    summary = run.summary.read_text(encoding="utf-8")
+    for text in (run.report, summary):
+        assert "could not be read" in text
+        assert "does not exist" in text
+    assert quiet_gh_untouched(run)
+
+
+def quiet_gh_untouched(run: Run) -> bool:
+    return run.requests == []  # no pull request known: nothing posted
 
 
 BAD_INPUTS = {
+    "timeout": ({"INPUT_TIMEOUT_MINUTES": "inf"}, "input 'timeout_minutes' must be"),
     "fail_on": ({"INPUT_FAIL_ON": "bogus"}, "unknown fail-on rule 'bogus'"),
     "repeat": ({"INPUT_REPEAT": "ten"}, "input 'repeat' must be an integer"),
     "thresholds": ({"INPUT_THRESHOLDS": "abs_max=lots"}, "threshold 'abs_max'"),
@@ -427,20 +655,25 @@ def test_first_run_succeeds_and_writes_results_summary_and_outputs(first_run):
 
 
 def test_first_run_retries_the_502s_and_creates_exactly_one_sticky_comment(gh, first_run):
-    # GET (502) retried, pages 1-3 of the 250 seeded comments, POST (502): it may have
-    # taken effect, so the comments are listed again (pages 1-3) before the second POST
-    expected = ["GET", "GET", "GET", "GET", "POST", "GET", "GET", "GET", "POST"]
+    # GET /user (refused to an App token), GET (502) retried, pages 1-3 of the 250 seeded
+    # comments, POST (502): it may have taken effect, so the comments are listed again
+    # (pages 1-3) before the second POST; then once more, to catch a racing copy
+    expected = ["GET", "GET", "GET", "GET", "GET", "POST", "GET", "GET", "GET", "POST"]
+    expected += ["GET", "GET", "GET"]
     assert methods(first_run) == expected, first_run.requests
-    pages = [r.query.get("page") for r in first_run.requests if r.method == "GET"]
-    assert pages == [None, None, "2", "3", None, "2", "3"]
-    assert all(r.path == list_path(FIRST_PR) for r in first_run.requests)
+    assert first_run.requests[0].path == "/user"
+    listing = first_run.requests[1:]
+    pages = [r.query.get("page") for r in listing if r.method == "GET"]
+    assert pages == [None, None, "2", "3", None, "2", "3", None, "2", "3"]
+    assert all(r.path == list_path(FIRST_PR) for r in listing)
     assert re.search(r"failed \(502\), retry 1/\d+", first_run.stderr), first_run.stderr
     comments = gh.comments(OWNER, REPO, FIRST_PR)
     assert len(comments) == SEEDED + 1
     sticky = sticky_comments(gh, FIRST_PR)
     assert len(sticky) == 1
-    assert sticky[0]["body"].startswith(MARKER)
-    assert sticky[0]["body"] == first_run.report  # small report: posted in full
+    marker = parse_marker(sticky[0]["body"])
+    assert (marker.key, marker.run) == ("default", int(RUN_ID))
+    assert after_marker(sticky[0]["body"]) == after_marker(first_run.report)  # posted in full
     assert first_run.outputs["comment_url"] == sticky[0]["html_url"]
 
 
@@ -456,15 +689,15 @@ def test_second_run_waits_for_the_rate_limit_then_updates_the_same_comment(
     assert second_run.outputs["status"] == "success"
     # the 403 is waited for (Retry-After: 1), then the sticky comment is found on page 3
     assert re.search(r"failed \(403\), retry 1/\d+ in 1\.0s", second_run.stderr), second_run.log
-    assert methods(second_run) == ["GET", "GET", "GET", "GET", "PATCH"], second_run.requests
-    pages = [r.query.get("page") for r in second_run.requests if r.method == "GET"]
+    assert methods(second_run) == ["GET", "GET", "GET", "GET", "GET", "PATCH"], second_run.log
+    pages = [r.query.get("page") for r in second_run.requests[1:] if r.method == "GET"]
     assert pages == [None, None, "2", "3"]
     sticky = sticky_comments(gh, FIRST_PR)
     assert len(sticky) == 1
     patch_path = f"/repos/{OWNER}/{REPO}/issues/comments/{sticky[0]['id']}"
     assert second_run.requests[-1].path == patch_path
     assert len(gh.comments(OWNER, REPO, FIRST_PR)) == SEEDED + 1
-    assert sticky[0]["body"] == second_run.report
+    assert after_marker(sticky[0]["body"]) == after_marker(second_run.report)
     assert sticky[0]["updated_at"] > sticky[0]["created_at"]
     assert second_run.outputs["comment_url"] == first_run.outputs["comment_url"]
 
@@ -503,9 +736,9 @@ def test_regression_comment_is_still_posted_after_a_422_with_a_shorter_report(gh
     posts = [r for r in regression_run.requests if r.method == "POST"]
     assert len(posts) == 2, regression_run.requests
     rejected, accepted = posts[0].body, posts[1].body
-    assert rejected == full  # the full report fitted the first limit
+    assert after_marker(rejected) == after_marker(full)  # the full report fitted the limit
     assert accepted is not None and len(accepted) <= FALLBACK_COMMENT_LIMIT < len(rejected)
-    assert accepted.startswith(MARKER + "\n")
+    assert parse_marker(accepted).run == int(RUN_ID)
     assert TRUNCATION_NOTE in accepted
     assert "retrying with a shorter report" in regression_run.stderr
     sticky = sticky_comments(gh, REGRESSION_PR)
@@ -529,7 +762,7 @@ def test_fork_pr_403_is_a_warning_and_the_exit_code_reflects_regressions_only(gh
     assert "fork" in warnings[0] and "HTTP 403" in warnings[0]
     assert "Resource not accessible by integration" in warnings[0]
     # a plain 403 is a permission problem: not retried
-    assert methods(fork_run) == ["GET", "POST"], fork_run.requests
+    assert methods(fork_run) == ["GET", "GET", "POST"], fork_run.requests
     assert gh.comments(OWNER, REPO, FORK_PR) == []
 
 
@@ -537,9 +770,19 @@ def test_fork_pr_403_is_a_warning_and_the_exit_code_reflects_regressions_only(gh
 
 
 def test_token_never_appears_in_any_output_or_written_file(
-    first_run, second_run, regression_run, fork_run, dry_run, bad_input_runs, install_run
+    first_run,
+    second_run,
+    regression_run,
+    fork_run,
+    dry_run,
+    bad_input_runs,
+    install_run,
+    race_runs,
+    broken_run,
 ):
     runs = {
+        "broken": broken_run,
+        **{f"race_{k}": v for k, v in race_runs.items()},
         "install": install_run,
         "first": first_run,
         "second": second_run,
@@ -592,6 +835,8 @@ def test_bad_input_exits_2_with_a_clear_error_and_no_traceback(bad_input_runs, n
     assert not run.out.exists()  # nothing ran
     assert run.output_file.read_text(encoding="utf-8") == ""
     assert run.requests == []
+    summary = run.summary.read_text(encoding="utf-8")
+    assert "bad input" in summary and expected.split("'")[0] in summary
 
 
 def test_no_request_ever_reached_the_quiet_server(quiet_gh, dry_run, bad_input_runs):

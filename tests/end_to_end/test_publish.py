@@ -30,7 +30,7 @@ import pytest
 from observer_ci import action
 from observer_ci.artifact import MAX_RESULTS_BYTES, PAYLOAD_FILE, Payload, write_payload
 from observer_ci.escape import ZWJ
-from observer_ci.github import MARKER, marker_for
+from observer_ci.github import MARKER, parse_marker
 from observer_ci.results import (
     STATUS_EXPORT_FAILED,
     STATUS_OK,
@@ -244,7 +244,7 @@ def test_fork_payload_is_published_once_the_api_confirms_the_pull_request(
     assert f"/repos/{OWNER}/{REPO}/actions/runs/901" in paths
     assert f"/repos/{OWNER}/{REPO}/pulls/21" in paths
     (body,) = [c["body"] for c in gh.comments(OWNER, REPO, 21)]
-    assert body.startswith(marker_for("fork-leg") + "\n")  # the leg's own sticky comment
+    assert parse_marker(body).key == "fork-leg"  # the leg's own sticky comment
     assert "observer-ci (fork-leg)" in body.splitlines()[1]
     assert "FORGED" not in body  # re-rendered from results.json
     assert "script&#95;failed" in body or "script_failed" in body
@@ -401,11 +401,7 @@ def test_comment_keys_keep_separate_sticky_comments(tmp_path, gh):
         ids.setdefault(key, run.outputs["comment_url"])
         assert run.outputs["comment_url"] == ids[key]
     bots = gh.comments(OWNER, REPO, 41)
-    assert [c["body"].splitlines()[0] for c in bots] == [
-        MARKER,
-        marker_for("docs"),
-        marker_for("vision"),
-    ]
+    assert [parse_marker(c["body"]).key for c in bots] == ["default", "docs", "vision"]
     assert "m3" in bots[1]["body"] and "m1" not in bots[1]["body"]  # docs updated in place
     assert "m0" in bots[0]["body"] and "m2" in bots[2]["body"]  # the others untouched
 

@@ -1,38 +1,118 @@
-"""The action runs scripts in a child process: a hang or a hard crash is a result row."""
+"""The action runs scripts in child processes: a hang, ``os._exit``, a SIGKILL (what the
+OOM killer sends) or a corrupted results file loses only the rows of the script at fault."""
 
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from observer_ci.results import STATUS_SCRIPT_FAILED
 from observer_ci.settings import Settings
 from observer_ci.workspace import run_scripts_subprocess
 
+SCRIPTS = {
+    "first": "raise ValueError('first script: its own error')\n",
+    "exits": "import os\nos._exit(7)\n",
+    "oom": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+    "hangs": (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "open({pid_file!r}, 'w').write(str(child.pid))\n"
+        "print('::error::forged by the script', flush=True)\n"
+        "time.sleep(600)\n"
+    ),
+    "garbage": (
+        "import atexit\n"
+        "atexit.register(lambda: open({results!r}, 'w').write('{{not json'))\n"
+        "raise ValueError('garbage script: its own error')\n"
+    ),
+    "last": "raise ValueError('last script: its own error')\n",
+}
 
-def settings(tmp_path, **kwargs) -> Settings:
-    return Settings(scripts=[], workspace=str(tmp_path), repeat=1, **kwargs)
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie is dead, only not reaped yet
 
 
-def test_a_script_that_hangs_is_stopped_and_reported(tmp_path):
-    script = tmp_path / "hang.py"
-    script.write_text("import time\ntime.sleep(600)\n")
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to check the grandchild")
+def test_each_crash_loses_only_its_own_rows_and_a_hang_is_killed_with_its_children(tmp_path, capfd):
+    out = tmp_path / "out"
+    pid_file = tmp_path / "grandchild.pid"
+    paths = []
+    for name, text in SCRIPTS.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text.format(pid_file=str(pid_file), results=str(out / "results.json")))
+        paths.append(str(path))
+    notes: list[str] = []
+    settings = Settings(scripts=[], workspace=str(tmp_path), repeat=1, timeout_minutes=0.05)
     begin = time.perf_counter()
-    results = run_scripts_subprocess(
-        [str(script)],
-        tmp_path / "out",
-        label="head",
-        settings=settings(tmp_path, timeout_minutes=0.1),
-    )
-    assert time.perf_counter() - begin < 60
-    (row,) = results.models
-    assert row.status == STATUS_SCRIPT_FAILED
-    assert "timeout_minutes=0.1" in row.error
+    results = run_scripts_subprocess(paths, out, label="head", settings=settings, notes=notes)
+    elapsed = time.perf_counter() - begin
+
+    rows = {m.name: m for m in results.models}
+    assert list(rows) == list(SCRIPTS), rows  # one row per script, in order
+    assert all(m.status == STATUS_SCRIPT_FAILED for m in results.models)
+    assert "first script: its own error" in rows["first"].error
+    assert "exited with 7 while running" in rows["exits"].error
+    assert "killed by SIGKILL while running" in rows["oom"].error
+    assert "out-of-memory" in rows["oom"].error
+    assert "did not finish within timeout_minutes=0.05" in rows["hangs"].error
+    assert "garbage script: its own error" in rows["garbage"].error
+    assert "last script: its own error" in rows["last"].error
+    # the corrupted results.json is a warning, and the rows came from the journal
+    assert any("results.json was missing or unreadable" in n for n in notes), (notes, results)
+    assert any("results.json unreadable" in n for n in notes), notes
+    # the hung script's own child process was killed with it
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+    # the scripts' output reached the job log, inside a stop-commands guard
+    stdout = capfd.readouterr().out
+    forged = stdout.index("::error::forged by the script")
+    opening = stdout.rindex("::stop-commands::", 0, forged)
+    token = stdout[opening:].split("\n", 1)[0].split("::")[2]
+    assert len(token) >= 32
+    assert stdout.index(f"::{token}::", forged) > forged
+    assert elapsed < 120
+    print(f"5 crashes and recoveries in {elapsed:.1f}s")
 
 
-def test_a_script_that_kills_the_process_is_reported(tmp_path):
-    script = tmp_path / "crash.py"
-    script.write_text("import os\nos._exit(7)\n")
-    results = run_scripts_subprocess(
-        [str(script)], tmp_path / "out", label="head", settings=settings(tmp_path)
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to check the child")
+def test_a_cancelled_action_takes_its_running_child_along(tmp_path):
+    # the runner cancels a job with SIGTERM; the child runs in its own process group, so
+    # without unwinding it would be left running
+    pid_file = tmp_path / "child.pid"
+    child = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
     )
-    (row,) = results.models
-    assert row.status == STATUS_SCRIPT_FAILED
-    assert "exited with 7 before writing results" in row.error
+    parent = (
+        "import os, sys\n"
+        "from observer_ci.action import exit_on_sigterm\n"
+        "from observer_ci.workspace import run_isolated\n"
+        "exit_on_sigterm()\n"
+        f"run_isolated([sys.executable, '-c', {child!r}], cwd='.', env=dict(os.environ),"
+        " timeout_s=600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    child_pid = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 5
+    while _alive(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child_pid)

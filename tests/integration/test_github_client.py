@@ -8,19 +8,30 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 import requests
 
-from observer_ci.github import MARKER, find_sticky_comment, upsert_sticky_comment
+from observer_ci.github import (
+    MARKER,
+    PostResult,
+    StickyMarker,
+    find_sticky_comment,
+    parse_marker,
+    post_failure,
+    sticky_marker,
+    upsert_sticky_comment,
+)
 from observer_ci.github_client import GitHubClient, GitHubError
-from tests.support.fake_github import FakeGitHub
+from tests.support.fake_github import BOT_LOGIN, FakeGitHub
 
 TOKEN = "ghs_integration_secret_token_123"
 OWNER, REPO, PR = "octo", "widgets", 17
 LIST_PATH = f"/repos/{OWNER}/{REPO}/issues/{PR}/comments"
+DEFAULT_LINE = StickyMarker().render()  # default key, no run
 
 
 class RecordingSleep:
@@ -97,7 +108,12 @@ def test_fake_paginates_like_github(gh: FakeGitHub, session: requests.Session) -
 
 def test_finds_marker_comment_on_page_three(gh: FakeGitHub, client: GitHubClient) -> None:
     seeded = gh.seed_comments(
-        OWNER, REPO, PR, 250, body_fn=lambda i: f"{MARKER}\nreport" if i == 230 else f"hi {i}"
+        OWNER,
+        REPO,
+        PR,
+        250,
+        body_fn=lambda i: f"{MARKER}\nreport" if i == 230 else f"hi {i}",
+        login=BOT_LOGIN,
     )
     found = find_sticky_comment(client, OWNER, REPO, PR)
     assert found is not None and found["id"] == seeded[230]["id"]
@@ -106,13 +122,23 @@ def test_finds_marker_comment_on_page_three(gh: FakeGitHub, client: GitHubClient
     assert all(q["per_page"] == "100" for q in pages)
 
 
-def test_picks_most_recent_of_several_markers(gh: FakeGitHub, client: GitHubClient) -> None:
+def test_keeps_the_oldest_of_our_copies_and_deletes_the_others(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
     seeded = gh.seed_comments(
-        OWNER, REPO, PR, 150, body_fn=lambda i: f"{MARKER}\nv{i}" if i in (5, 120) else "x"
+        OWNER,
+        REPO,
+        PR,
+        150,
+        body_fn=lambda i: f"{MARKER}\nv{i}" if i in (5, 120) else "x",
+        login=BOT_LOGIN,
     )
-    assert find_sticky_comment(client, OWNER, REPO, PR)["id"] == seeded[120]["id"]
+    assert find_sticky_comment(client, OWNER, REPO, PR)["id"] == seeded[5]["id"]
     result = upsert_sticky_comment(client, OWNER, REPO, PR, "fresh")
-    assert (result.action, result.comment_id) == ("updated", seeded[120]["id"])
+    assert (result.action, result.comment_id, result.deleted) == ("updated", seeded[5]["id"], 1)
+    ours = [c for c in gh.comments(OWNER, REPO, PR) if parse_marker(c["body"])]
+    assert [(c["id"], c["body"]) for c in ours] == [(seeded[5]["id"], f"{DEFAULT_LINE}\nfresh")]
+    assert calls(gh, "DELETE", f"/repos/{OWNER}/{REPO}/issues/comments/{seeded[120]['id']}") == 1
 
 
 def test_create_then_update_never_duplicates(gh: FakeGitHub, client: GitHubClient) -> None:
@@ -123,17 +149,121 @@ def test_create_then_update_never_duplicates(gh: FakeGitHub, client: GitHubClien
     for version in (2, 3):
         updated = upsert_sticky_comment(client, OWNER, REPO, PR, f"## Report v{version}")
         assert (updated.action, updated.comment_id) == ("updated", created.comment_id)
-    stickies = [c for c in gh.comments(OWNER, REPO, PR) if MARKER in c["body"]]
+    stickies = [c for c in gh.comments(OWNER, REPO, PR) if parse_marker(c["body"])]
     assert len(stickies) == 1
-    assert stickies[0]["body"] == f"{MARKER}\n## Report v3"
+    assert stickies[0]["body"] == f"{DEFAULT_LINE}\n## Report v3"
     assert calls(gh, "POST") == 1
     assert calls(gh, "PATCH", f"/repos/{OWNER}/{REPO}/issues/comments/{created.comment_id}") == 2
 
 
-def test_body_with_marker_is_kept_verbatim(gh: FakeGitHub, client: GitHubClient) -> None:
-    body = f"{MARKER}\n# Already marked"
-    upsert_sticky_comment(client, OWNER, REPO, PR, body)
-    assert [c["body"] for c in gh.comments(OWNER, REPO, PR)] == [body]
+def test_a_marker_line_in_the_body_is_replaced_by_the_runs_marker(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    marker = sticky_marker("nightly", "a" * 40, "812", "2")
+    upsert_sticky_comment(client, OWNER, REPO, PR, f"{MARKER}\n# Already marked", marker)
+    line = "<!-- observer-ci:sticky-comment key=nightly sha=" + "a" * 40 + " run=812 attempt=2 -->"
+    assert [c["body"] for c in gh.comments(OWNER, REPO, PR)] == [f"{line}\n# Already marked"]
+    assert parse_marker(line) == marker
+
+
+# -- issue 7: whose comment, which copy, which run ------------------------------------
+
+
+@pytest.mark.parametrize("quoted", [False, True])
+def test_a_persons_comment_carrying_the_marker_is_never_patched(
+    gh: FakeGitHub, client: GitHubClient, quoted: bool
+) -> None:
+    text = f"> {MARKER}\n> old report" if quoted else f"{MARKER}\ncopied by hand"
+    (person,) = gh.seed_comments(OWNER, REPO, PR, 1, body_fn=lambda i: text, login="octocat")
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    assert result.action == "created" and result.comment_id != person["id"]
+    comments = gh.comments(OWNER, REPO, PR)
+    assert comments[0] == person  # untouched
+    assert comments[1]["user"]["login"] == BOT_LOGIN
+    assert not [r for r in gh.requests if r.method in ("PATCH", "DELETE")]
+
+
+def test_with_a_known_identity_only_its_comments_are_ours(
+    sleep: RecordingSleep, session: requests.Session
+) -> None:
+    # a personal token: GET /user answers, so even another bot's marker is not ours
+    with FakeGitHub(token=TOKEN, login="ci-user", user_endpoint=True) as server:
+        other = server.seed_comments(
+            OWNER, REPO, PR, 1, body_fn=lambda i: f"{MARKER}\nx", login="other-app[bot]"
+        )
+        mine = server.seed_comments(
+            OWNER, REPO, PR, 1, body_fn=lambda i: f"{MARKER}\ny", login="ci-user"
+        )
+        client = make_client(server, sleep, session)
+        result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+        assert (result.action, result.comment_id) == ("updated", mine[0]["id"])
+        assert server.comments(OWNER, REPO, PR)[0] == other[0]
+        assert ("GET", "/user") in [(r.method, r.path) for r in server.requests]
+
+
+def test_two_clients_racing_end_with_one_comment(
+    sleep: RecordingSleep, session: requests.Session
+) -> None:
+    # both list the empty PR before either posts (held), so both create; then they converge
+    with FakeGitHub(token=TOKEN, latency_s=0.02) as server:
+        server.hold("GET", rf"^{LIST_PATH}$", 2)
+        results: dict[str, PostResult] = {}
+
+        def post(run: int) -> None:
+            with requests.Session() as own:
+                own.trust_env = False
+                client = make_client(server, sleep, own)
+                marker = sticky_marker(run_id=run, attempt=1)
+                results[str(run)] = upsert_sticky_comment(
+                    client, OWNER, REPO, PR, f"report of run {run}", marker
+                )
+
+        threads = [threading.Thread(target=post, args=(run,)) for run in (900, 901)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert calls(server, "POST") == 2  # the race happened
+        (comment,) = server.comments(OWNER, REPO, PR)
+        assert comment["body"].endswith("report of run 901")  # the newer run's report
+        assert parse_marker(comment["body"]).run == 901
+        assert sum(r.deleted for r in results.values()) >= 1
+
+
+def test_an_older_run_never_overwrites_a_newer_report(gh: FakeGitHub, client: GitHubClient) -> None:
+    newer = sticky_marker(head_sha="b" * 40, run_id=5000, attempt=1)
+    first = upsert_sticky_comment(client, OWNER, REPO, PR, "report of run 5000", newer)
+    older = sticky_marker(head_sha="a" * 40, run_id=4999, attempt=3)
+    late = upsert_sticky_comment(client, OWNER, REPO, PR, "report of run 4999", older)
+    assert (late.action, late.comment_id) == ("superseded", first.comment_id)
+    (comment,) = gh.comments(OWNER, REPO, PR)
+    assert comment["body"].endswith("report of run 5000")
+    assert calls(gh, "PATCH", f"/repos/{OWNER}/{REPO}/issues/comments/{first.comment_id}") == 0
+    # a re-run of the newer run (attempt 2) and a later run do replace it
+    rerun = sticky_marker(head_sha="b" * 40, run_id=5000, attempt=2)
+    assert upsert_sticky_comment(client, OWNER, REPO, PR, "rerun", rerun).action == "updated"
+    assert gh.comments(OWNER, REPO, PR)[0]["body"].endswith("rerun")
+
+
+def test_a_report_of_an_older_release_without_a_run_is_replaced(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    (old,) = gh.seed_comments(
+        OWNER, REPO, PR, 1, body_fn=lambda i: f"{MARKER}\nv0", login=BOT_LOGIN
+    )
+    marker = sticky_marker(run_id=1, attempt=1)
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "v1", marker)
+    assert (result.action, result.comment_id) == ("updated", old["id"])
+
+
+def test_comment_keys_keep_separate_comments(gh: FakeGitHub, client: GitHubClient) -> None:
+    a = upsert_sticky_comment(client, OWNER, REPO, PR, "cpu", comment_key="cpu")
+    b = upsert_sticky_comment(client, OWNER, REPO, PR, "gpu", comment_key="gpu")
+    again = upsert_sticky_comment(client, OWNER, REPO, PR, "cpu 2", comment_key="cpu")
+    assert a.comment_id != b.comment_id and again.comment_id == a.comment_id
+    assert [parse_marker(c["body"]).key for c in gh.comments(OWNER, REPO, PR)] == ["cpu", "gpu"]
+    with pytest.raises(ValueError, match="comment key"):
+        sticky_marker("bad key -->")
 
 
 def test_sends_github_headers(gh: FakeGitHub, client: GitHubClient) -> None:
@@ -151,7 +281,7 @@ def test_sends_github_headers(gh: FakeGitHub, client: GitHubClient) -> None:
 def test_502_twice_then_success(
     gh: FakeGitHub, client: GitHubClient, sleep: RecordingSleep
 ) -> None:
-    (seeded,) = gh.seed_comments(OWNER, REPO, PR, 1, body_fn=lambda i: MARKER)
+    (seeded,) = gh.seed_comments(OWNER, REPO, PR, 1, body_fn=lambda i: MARKER, login=BOT_LOGIN)
     gh.inject("GET", r"/comments$", 502, times=2)
     assert find_sticky_comment(client, OWNER, REPO, PR)["id"] == seeded["id"]
     assert calls(gh, "GET") == 3
@@ -171,15 +301,42 @@ def test_retry_after_is_honoured(
     assert len(gh.comments(OWNER, REPO, PR)) == 1
 
 
-def test_rate_limit_reset_wait_is_capped(
+def test_a_rate_limit_resetting_an_hour_away_is_not_waited_for_nor_called_forbidden(
     gh: FakeGitHub, sleep: RecordingSleep, session: requests.Session
 ) -> None:
     client = make_client(gh, sleep, session, max_backoff_s=5.0)
-    reset = str(int(time.time()) + 3600)
-    headers = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset}
+    reset = int(time.time()) + 3600
+    headers = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(reset)}
     gh.inject("GET", r"/comments$", 403, headers=headers, body={"message": "API rate limit"})
-    assert client.get_json(LIST_PATH) == []
-    assert sleep.calls == [5.0]
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH)
+    assert sleep.calls == [] and calls(gh, "GET") == 1
+    assert info.value.rate_limited and abs(info.value.rate_limit_reset - reset) < 5
+    kind, warning = post_failure(info.value, now=reset - 3600)
+    assert kind == "rate-limited"
+    assert "rate limit" in warning and "in about 60 min" in warning and "fork" not in warning
+    # a short wait is still waited for
+    gh.inject("GET", r"/comments$", 403, headers={"Retry-After": "2"}, body={"message": "slow"})
+    assert client.get_json(LIST_PATH) == [] and sleep.calls == [2.0]
+
+
+def test_a_plain_403_is_forbidden_with_the_fork_hint() -> None:
+    kind, warning = post_failure(GitHubError("Resource not accessible", status=403))
+    assert kind == "forbidden" and "fork" in warning
+
+
+def test_an_api_that_never_answers_costs_at_most_the_deadline(
+    gh: FakeGitHub, session: requests.Session
+) -> None:
+    # every answer comes 30 s late; nested retries (upsert x client) must stop at the deadline
+    gh.inject("*", r".", 200, body=[], times=1000, delay_s=30)
+    client = GitHubClient(gh.url, TOKEN, session=session, timeout_s=0.5, deadline_s=2.0)
+    begin = time.monotonic()
+    with pytest.raises(GitHubError) as info:
+        upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    assert time.monotonic() - begin < 4.0
+    assert info.value.status is None
+    assert gh.comments(OWNER, REPO, PR) == []
 
 
 def test_plain_403_is_not_retried(
@@ -294,7 +451,8 @@ def test_post_refused_with_502_is_created_after_relisting(
     result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
     assert result.action == "created"
     assert len(gh.comments(OWNER, REPO, PR)) == 1
-    assert calls(gh, "POST") == 2 and calls(gh, "GET") == 2
+    # list, POST (502), list again, POST, list again to catch a racing copy
+    assert calls(gh, "POST") == 2 and calls(gh, "GET") == 3
 
 
 def test_post_is_not_retried_blindly_by_the_client(gh: FakeGitHub, client: GitHubClient) -> None:

@@ -5,14 +5,20 @@ Emulated, with in-memory state:
 - ``GET   /repos/{owner}/{repo}/issues/{number}/comments`` (``per_page``/``page``, ``Link``)
 - ``POST  /repos/{owner}/{repo}/issues/{number}/comments`` (201)
 - ``PATCH /repos/{owner}/{repo}/issues/comments/{id}`` (200, 404 for unknown ids)
+- ``DELETE /repos/{owner}/{repo}/issues/comments/{id}`` (204, 404 for unknown ids)
 - ``GET   /repos/{owner}/{repo}/issues/comments/{id}``
+- ``GET   /user``: the token's identity (``login``) when ``user_endpoint=True``; else 403
+  "Resource not accessible by integration", as GitHub answers an App token (``GITHUB_TOKEN``)
 - ``GET   /repos/{owner}/{repo}/actions/runs/{run_id}`` (seeded with :meth:`FakeGitHub.add_run`)
 - ``GET   /repos/{owner}/{repo}/pulls/{number}`` (seeded with :meth:`FakeGitHub.add_pull`)
 
-Every request needs ``Authorization: Bearer <token>`` (else 401). Faults queued
-with :meth:`FakeGitHub.inject` (a canned answer) or :meth:`FakeGitHub.inject_disconnect`
-(the connection closed without any answer) are served before normal handling. The
-server binds to and only answers loopback clients.
+Comments created through the API are authored by ``login`` (default
+``github-actions[bot]``, a Bot). Every request needs ``Authorization: Bearer <token>``
+(else 401). Faults queued with :meth:`FakeGitHub.inject` are served before normal
+handling (optionally after a delay: an API that does not answer); :meth:`FakeGitHub.hold`
+makes the first N matching requests wait for each other (a deterministic race);
+``latency_s`` delays every answer. Requests are served concurrently, state changes one at
+a time. The server binds to and only answers loopback clients.
 
     with FakeGitHub(token="t") as gh:
         gh.inject("GET", r"/comments$", 502, times=2)
@@ -79,16 +85,38 @@ class _Fault:
     reply: Reply
     remaining: int
     after_effect: bool = False  # handle the request normally, then answer with the fault
+    delay_s: float = 0.0  # wait this long before answering (outside the state lock)
+
+
+@dataclass
+class _Hold:
+    method: str
+    pattern: re.Pattern[str]
+    barrier: threading.Barrier
+    remaining: int
 
 
 class FakeGitHub:
     """In-memory GitHub issue comments behind a loopback ``ThreadingHTTPServer``."""
 
-    def __init__(self, token: str = DEFAULT_TOKEN, *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        token: str = DEFAULT_TOKEN,
+        *,
+        host: str = "127.0.0.1",
+        login: str = BOT_LOGIN,
+        user_endpoint: bool = False,
+        latency_s: float = 0.0,
+    ) -> None:
         if not _is_loopback(host):
             raise ValueError(f"FakeGitHub only binds to loopback addresses, got {host!r}")
         self.token = token
         self.host = host
+        self.login = login
+        self.user_endpoint = user_endpoint
+        self.latency_s = latency_s
+        self._stopping = threading.Event()
+        self._holds: list[_Hold] = []
         self._lock = threading.Lock()
         self._comments: dict[_Key, list[dict]] = {}
         self._runs: dict[_Key, dict] = {}
@@ -120,6 +148,10 @@ class FakeGitHub:
         """Stop serving and close the listening socket (idempotent)."""
         httpd, thread = self._httpd, self._thread
         self._httpd = self._thread = None
+        self._stopping.set()  # wake delayed answers
+        with self._lock:
+            for hold in self._holds:
+                hold.barrier.abort()
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
@@ -151,11 +183,13 @@ class FakeGitHub:
         body: Any = None,
         times: int = 1,
         after_effect: bool = False,
+        delay_s: float = 0.0,
     ) -> None:
         """Queue a canned response for the next ``times`` requests matching.
 
         With ``after_effect`` the request still takes effect (e.g. the comment is created)
-        and only the answer is replaced: a response lost on the way back.
+        and only the answer is replaced: a response lost on the way back. With ``delay_s``
+        the answer comes that late (or never, for a client with a shorter timeout).
 
         ``method`` is compared case-insensitively (``"*"`` matches any); ``path_regex``
         is searched in the path (without query). ``body`` defaults to GitHub-like
@@ -166,7 +200,7 @@ class FakeGitHub:
         if body is None:
             body = {"message": _reason(status), "documentation_url": DOCS_URL}
         reply = Reply(status, body, dict(headers or {}))
-        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect)
+        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect, delay_s)
         with self._lock:
             self._faults.append(fault)
 
@@ -185,6 +219,13 @@ class FakeGitHub:
         with self._lock:
             self._faults.append(fault)
 
+    def hold(self, method: str, path_regex: str, count: int, timeout_s: float = 10.0) -> None:
+        """The next ``count`` matching requests wait until all ``count`` have arrived (or
+        ``timeout_s`` passed), then are handled: clients racing see the same state."""
+        barrier = threading.Barrier(count, timeout=timeout_s)
+        with self._lock:
+            self._holds.append(_Hold(method.upper(), re.compile(path_regex), barrier, count))
+
     def pending_faults(self) -> int:
         """How many injected responses have not been served yet."""
         with self._lock:
@@ -200,7 +241,8 @@ class FakeGitHub:
         *,
         login: str = "octocat",
     ) -> list[dict]:
-        """Create ``n`` comments (bodies ``body_fn(i)``, default ``"comment {i}"``)."""
+        """Create ``n`` comments (bodies ``body_fn(i)``, default ``"comment {i}"``) by
+        ``login`` (a person unless it ends with ``[bot]``)."""
         body_fn = body_fn or (lambda i: f"comment {i}")
         with self._lock:
             created = [self._create(owner, repo, pr, body_fn(i), login) for i in range(n)]
@@ -272,16 +314,28 @@ class FakeGitHub:
         """Compute the reply to one HTTP request."""
         parts = urlsplit(target)
         path, query = parts.path, dict(parse_qsl(parts.query, keep_blank_values=True))
+        if self.latency_s:
+            self._stopping.wait(self.latency_s)
         with self._lock:
             self._record(method, path, query, headers)
+            hold = self._take_hold(method, path)
+        if hold is not None:
+            try:
+                hold.barrier.wait()
+            except threading.BrokenBarrierError:
+                pass  # timed out or stopping: answer anyway
+        with self._lock:
             fault = self._take_fault(method, path)
-            if fault is not None:
-                if fault.after_effect:
-                    self._route(method, path, query, data)
-                return copy.deepcopy(fault.reply)
-            if headers.get("Authorization") != f"Bearer {self.token}":
-                return _error(401, "Bad credentials")
-            return copy.deepcopy(self._route(method, path, query, data))
+            if fault is None:
+                if headers.get("Authorization") != f"Bearer {self.token}":
+                    return _error(401, "Bad credentials")
+                return copy.deepcopy(self._route(method, path, query, data))
+            if fault.after_effect:
+                self._route(method, path, query, data)
+            reply = copy.deepcopy(fault.reply)
+        if fault.delay_s:
+            self._stopping.wait(fault.delay_s)
+        return reply
 
     def _record(
         self, method: str, path: str, query: dict[str, str], headers: Mapping[str, str]
@@ -291,6 +345,15 @@ class FakeGitHub:
         if headers.get("Authorization") is not None:
             seen["Authorization"] = "***"
         self._request_headers.append(seen)
+
+    def _take_hold(self, method: str, path: str) -> _Hold | None:
+        for hold in self._holds:
+            if hold.method in ("*", method.upper()) and hold.pattern.search(path):
+                hold.remaining -= 1
+                if hold.remaining <= 0:
+                    self._holds.remove(hold)
+                return hold
+        return None
 
     def _take_fault(self, method: str, path: str) -> _Fault | None:
         for fault in self._faults:
@@ -302,6 +365,10 @@ class FakeGitHub:
         return None
 
     def _route(self, method: str, path: str, query: dict[str, str], data: bytes) -> Reply:
+        if path == "/user" and method == "GET":
+            if not self.user_endpoint:
+                return _error(403, "Resource not accessible by integration")
+            return Reply(200, {"login": self.login, "id": 1, "type": _user_type(self.login)})
         if match := _LIST_RE.match(path):
             key = _key(match["owner"], match["repo"], int(match["number"]))
             if method == "GET":
@@ -320,6 +387,9 @@ class FakeGitHub:
                 return Reply(200, comment)
             if comment is not None and method == "PATCH":
                 return self._patch(comment, data)
+            if comment is not None and method == "DELETE":
+                self._delete(match["owner"], match["repo"], comment["id"])
+                return Reply(204)
         return _error(404, "Not Found")
 
     def _list(self, key: _Key, path: str, query: dict[str, str]) -> Reply:
@@ -351,7 +421,7 @@ class FakeGitHub:
         if problem is not None:
             return problem
         owner, repo, pr = key
-        comment = self._create(owner, repo, pr, body, BOT_LOGIN)
+        comment = self._create(owner, repo, pr, body, self.login)
         location = f"{self.url}/repos/{owner}/{repo}/issues/comments/{comment['id']}"
         return Reply(201, comment, {"Location": location})
 
@@ -371,7 +441,7 @@ class FakeGitHub:
             "node_id": f"IC_fake{comment_id}",
             "html_url": f"https://github.com/{owner}/{repo}/pull/{pr}#issuecomment-{comment_id}",
             "body": body,
-            "user": {"login": login, "type": "Bot" if login.endswith("[bot]") else "User"},
+            "user": {"login": login, "type": _user_type(login)},
             "created_at": now,
             "updated_at": now,
             "author_association": "NONE",
@@ -387,6 +457,11 @@ class FakeGitHub:
                 if comment["id"] == comment_id:
                     return comment
         return None
+
+    def _delete(self, owner: str, repo: str, comment_id: int) -> None:
+        for (o, r, _), comments in self._comments.items():
+            if (o, r) == (owner.lower(), repo.lower()):
+                comments[:] = [c for c in comments if c["id"] != comment_id]
 
     def _tick(self) -> str:
         self._clock += 1
@@ -477,6 +552,10 @@ def _encode(body: Any) -> tuple[bytes, str]:
     if isinstance(body, str):
         return body.encode("utf-8"), "text/plain; charset=utf-8"
     return json.dumps(body).encode("utf-8"), "application/json; charset=utf-8"
+
+
+def _user_type(login: str) -> str:
+    return "Bot" if login.endswith("[bot]") else "User"
 
 
 def _key(owner: str, repo: str, pr: int) -> _Key:

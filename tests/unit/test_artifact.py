@@ -15,7 +15,7 @@ from observer_ci.artifact import (
     read_parts,
     write_payload,
 )
-from observer_ci.github import MARKER, marker_for, marker_rank, with_marker
+from observer_ci.github import MARKER, parse_marker, sticky_marker, with_marker
 from observer_ci.results import ModelResult, ObservationResult, ProbeResult, RunResults
 from observer_ci.rules import Thresholds
 from observer_ci.settings import Settings, SettingsError
@@ -135,10 +135,11 @@ def test_the_new_inputs_are_parsed_and_checked():
 
 
 def test_keyed_markers_never_match_each_other():
-    markers = [marker_for(k) for k in ("", "a", "ab", "a.b")]
-    assert markers[0] == MARKER and len(set(markers)) == 4
-    for i, mine in enumerate(markers):
+    keys = ["default", "a", "ab", "a.b"]
+    markers = [sticky_marker(k) for k in keys]
+    assert len({m.render() for m in markers}) == 4
+    assert parse_marker(f"{MARKER}\nold").key == "default"  # the bare marker of old releases
+    for mine in markers:
         body = with_marker(f"{MARKER}\nreport", mine)
-        assert body.startswith(mine + "\n") and body.endswith("\nreport")
-        ranks = [marker_rank(body, other) for other in markers]
-        assert ranks == [2 if j == i else 0 for j in range(4)]
+        assert body.startswith(mine.render() + "\n") and body.endswith("\nreport")
+        assert [parse_marker(body).key == k for k in keys] == [k == mine.key for k in keys]

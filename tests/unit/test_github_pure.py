@@ -9,10 +9,14 @@ import pytest
 
 from observer_ci.github import (
     MARKER,
-    ensure_marker,
-    marker_rank,
+    StickyMarker,
+    is_ours,
+    our_copies,
+    parse_marker,
     repo_from_env,
     select_sticky_comment,
+    sticky_marker,
+    with_marker,
 )
 from observer_ci.github_client import GitHubClient, GitHubError, rate_limit_delay
 from observer_ci.settings import event_facts, read_event
@@ -109,66 +113,65 @@ def test_comments_posted_by_earlier_releases_are_still_found() -> None:
     assert select_sticky_comment([earlier]) is earlier
 
 
-def test_ensure_marker_prepends_once() -> None:
-    body = ensure_marker("## Report\nall good")
-    assert body.splitlines()[0] == MARKER
-    assert body.endswith("## Report\nall good")
-    assert ensure_marker(body) == body
-    assert ensure_marker(f"intro\n{MARKER}\n") == f"intro\n{MARKER}\n"
+def test_marker_line_round_trips_and_the_bare_marker_reads_as_default() -> None:
+    marker = sticky_marker("cpu-3.11", "f" * 40, "77", "2")
+    line = marker.render()
+    assert (
+        line == f"<!-- observer-ci:sticky-comment key=cpu-3.11 sha={'f' * 40} run=77 attempt=2 -->"
+    )
+    assert parse_marker(f"{line}\nreport") == marker
+    assert parse_marker(f"\n  {MARKER}\nold") == StickyMarker()  # older releases
+    assert parse_marker(f"see below\n{MARKER}") is None  # not on the first line
+    assert parse_marker(f"> {MARKER}") is None  # quoted
+    assert parse_marker(None) is None and parse_marker("no marker") is None
+    assert sticky_marker(head_sha="not a sha; -->", run_id="x").render() == (
+        "<!-- observer-ci:sticky-comment key=default -->"
+    )
 
 
-def test_marker_rank() -> None:
-    assert marker_rank(f"{MARKER}\nreport") == 2
-    assert marker_rank(f"\n  {MARKER}") == 2
-    assert marker_rank(f"see below\n{MARKER}") == 1
-    assert marker_rank("no marker here") == 0
-    assert marker_rank(None) == 0
-    assert marker_rank("<!-- other -->", marker="<!-- other -->") == 2
+def test_with_marker_replaces_a_leading_marker_once() -> None:
+    marker = sticky_marker(run_id=3, attempt=1)
+    body = with_marker(f"{MARKER}\n## Report", marker)
+    assert body == f"{marker.render()}\n## Report"
+    assert with_marker(body, marker) == body
+    assert with_marker("## Report", marker) == f"{marker.render()}\n## Report"
 
 
-def _comment(cid: int, body: str, created: str) -> dict:
-    return {"id": cid, "body": body, "created_at": created}
+def _comment(cid: int, body: str, login: str = "github-actions[bot]") -> dict:
+    kind = "Bot" if login.endswith("[bot]") else "User"
+    return {"id": cid, "body": body, "user": {"login": login, "type": kind}}
 
 
-def test_select_sticky_comment_prefers_most_recent() -> None:
+def test_select_sticky_comment_keeps_the_oldest_of_ours() -> None:
     comments = [
-        _comment(1, f"{MARKER}\nold", "2024-01-01T00:00:01Z"),
-        _comment(2, "unrelated", "2024-01-01T00:00:02Z"),
-        _comment(3, f"{MARKER}\nnew", "2024-01-01T00:00:03Z"),
-        _comment(4, "unrelated", "2024-01-01T00:00:04Z"),
-    ]
-    assert select_sticky_comment(comments)["id"] == 3
-    assert select_sticky_comment(reversed(comments))["id"] == 3
-
-
-def test_select_sticky_comment_prefers_marker_first_line() -> None:
-    comments = [
-        _comment(1, f"{MARKER}\nreport", "2024-01-01T00:00:01Z"),
-        _comment(2, f"quoting the bot: {MARKER}", "2024-01-01T00:00:09Z"),
+        _comment(3, f"{MARKER}\nnew"),
+        _comment(2, "unrelated"),
+        _comment(1, f"{MARKER}\nold"),
     ]
     assert select_sticky_comment(comments)["id"] == 1
-    assert select_sticky_comment(comments[1:])["id"] == 2
+    assert [c["id"] for c in our_copies(comments, "default", None)] == [1, 3]
 
 
-def test_select_sticky_comment_prefers_the_bot_over_a_person_quoting_the_marker() -> None:
-    bot = {**_comment(1, f"{MARKER}\nreport", "2024-01-01T00:00:01Z"), "user": {"type": "Bot"}}
-    person = {
-        **_comment(2, f"{MARKER}\ncopied the raw report", "2024-01-01T00:00:09Z"),
-        "user": {"type": "User"},
-    }
-    assert select_sticky_comment([bot, person])["id"] == 1
-    assert select_sticky_comment([person])["id"] == 2  # still found when it is the only one
+def test_a_persons_comment_is_never_ours() -> None:
+    person = _comment(1, f"{MARKER}\ncopied the raw report", login="octocat")
+    assert select_sticky_comment([person]) is None
+    bot = _comment(2, f"{MARKER}\nreport")
+    assert select_sticky_comment([person, bot])["id"] == 2
+    # with a known identity only its own comments count, even a person's (a PAT)
+    assert select_sticky_comment([person, bot], identity="octocat")["id"] == 1
+    assert not is_ours(bot, "octocat")
 
 
-def test_select_sticky_comment_ties_break_on_id() -> None:
-    same = "2024-01-01T00:00:01Z"
-    comments = [_comment(5, MARKER, same), _comment(6, MARKER, same)]
-    assert select_sticky_comment(comments)["id"] == 6
+def test_select_sticky_comment_by_key() -> None:
+    a = _comment(1, sticky_marker("a").render())
+    b = _comment(2, sticky_marker("b").render())
+    assert select_sticky_comment([a, b], "b")["id"] == 2
+    assert select_sticky_comment([a, b]) is None
 
 
 def test_select_sticky_comment_none() -> None:
     assert select_sticky_comment([]) is None
-    assert select_sticky_comment([_comment(1, "hi", "x"), {"id": 2, "body": None}]) is None
+    assert select_sticky_comment([_comment(1, "hi"), {"id": 2, "body": None}]) is None
 
 
 # -- client helpers -----------------------------------------------------------------

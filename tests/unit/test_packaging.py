@@ -80,7 +80,8 @@ def test_both_variants_share_inputs_and_outputs():
 def test_the_composite_runs_the_same_command_with_every_input_as_its_variable():
     steps = composite()["runs"]["steps"]
     (observer,) = [s for s in steps if s.get("id") == "observer"]
-    assert observer["run"].strip() == "python -m observer_ci action"
+    # exec: the step's bash must not stay an ancestor holding INPUT_TOKEN in its environment
+    assert observer["run"].strip() == "exec python -m observer_ci action"
     expected = {f"INPUT_{n.upper()}": f"${{{{ inputs.{n} }}}}" for n in action()["inputs"]}
     assert observer["env"] == expected
     entry = (ROOT / "entrypoint.py").read_text()
