@@ -66,7 +66,8 @@ def export_observed(
         return ExportResult(ok=False, error=error_tail(e), seconds=time.perf_counter() - begin)
     for index in candidates:
         try:
-            program = _export_one(module, observer.infer_arguments(index), dynamic_shapes, opset)
+            inputs = observer.infer_arguments(index, as_args_kwargs=True)
+            program = _export_one(module, inputs, dynamic_shapes, opset)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
             failures.append(f"call {index}: {error_tail(e)}")
@@ -85,7 +86,7 @@ def export_observed(
 
 
 def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:
-    args, kwargs = (inputs, None) if isinstance(inputs, tuple) else ((), inputs)
+    args, kwargs = inputs  # (args, kwargs): InputObserver.infer_arguments(as_args_kwargs=True)
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), torch.no_grad():
         return torch.onnx.export(

@@ -27,7 +27,9 @@ class FeedError(ValueError):
 
 
 def make_session(onnx_model: str | onnx.ModelProto, threads: int | None = None):
-    """A CPU onnxruntime session from a path or a ModelProto."""
+    """A CPU onnxruntime session from a path or a ModelProto (a session is kept as is)."""
+    if isinstance(onnx_model, ort.InferenceSession):
+        return onnx_model
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if threads:
