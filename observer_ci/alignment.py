@@ -59,7 +59,9 @@ class MethodSignature:
         return cls(
             names=tuple(p.name for p in params),
             positional=tuple(
-                p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+                p.name
+                for p in params
+                if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
             ),
             positional_only=frozenset(p.name for p in params if p.kind == kinds.POSITIONAL_ONLY),
             var_positional=next((p.name for p in params if p.kind == kinds.VAR_POSITIONAL), None),
@@ -176,7 +178,8 @@ def build_layout(
         if not present:
             continue
         ref = max(present, key=lambda i: len(flats[i][0]))
-        _check_same_structure(name, kinds[name], signature, values, present, ref, call_sources)
+        by_position = all(c.positional for c in calls)
+        _check_same_structure(name, by_position, signature, values, present, ref, call_sources)
         ref_leaves, ref_spec = flats[ref]
         slots.append(Slot(name, kinds[name], ref_spec, structure.leaf_names(name, values[ref])))
         for i, f in enumerate(flats):
@@ -202,9 +205,12 @@ def build_layout(
 
 def _is_var_positional(name: str, signature: MethodSignature) -> bool:
     prefix = f"{signature.var_positional}_"
-    return signature.var_positional is not None and name.startswith(prefix) and name[
-        len(prefix) :
-    ].isdigit() and name not in signature.names
+    return (
+        signature.var_positional is not None
+        and name.startswith(prefix)
+        and name[len(prefix) :].isdigit()
+        and name not in signature.names
+    )
 
 
 def _ordered_names(
@@ -226,23 +232,25 @@ def _ordered_names(
         if name in signature.names:
             return (signature.names.index(name), 0, 0)
         # **kwargs entries sit where **kwargs is, in the order first seen
-        position = signature.names.index(signature.var_keyword) if signature.var_keyword else len(
-            signature.names
+        position = (
+            signature.names.index(signature.var_keyword)
+            if signature.var_keyword
+            else len(signature.names)
         )
         return (position, 0, seen.index(name))
 
     return sorted(seen, key=rank)
 
 
-def _argument_label(name: str, kind: str, signature: MethodSignature) -> str:
-    if kind == POSITIONAL:
-        return f"Positional argument {signature.positional.index(name)} ({name!r})"
+def _argument_label(name: str, by_position: bool, signature: MethodSignature) -> str:
+    if by_position and name in signature.positional:
+        return f"Positional argument {signature.positional.index(name)}"
     return f"Named argument {name!r}"
 
 
 def _check_same_structure(
     name: str,
-    kind: str,
+    by_position: bool,
     signature: MethodSignature,
     values: list[Any],
     present: list[int],
@@ -257,8 +265,9 @@ def _check_same_structure(
         leaves = pytree.tree_flatten(values[i])[0]
         if structure.tree_shape(values[i]) != ref_shape:
             where = "the value given in missing=" if sources[i] == MISSING else f"call {i}"
+            label = _argument_label(name, by_position, signature)
             raise ObserverError(
-                f"{_argument_label(name, kind, signature)} has {len(leaves)} tensors in {where} "
+                f"{label} has {len(leaves)} tensors in {where} "
                 f"but {n_ref} in call {ref}: input {name!r} changes structure across calls "
                 f"({structure.tensor_summary(values[i])} vs "
                 f"{structure.tensor_summary(values[ref])}); observe calls with the same nesting"

@@ -72,9 +72,7 @@ class ObservedCalls:
         flat = [pytree.tree_flatten(o.outputs) for o in observer.observations]
         self.flat_outputs: tuple[list[Any], ...] = tuple(f[0] for f in flat)
         self.outputs_specs: tuple[pytree.TreeSpec, ...] = tuple(f[1] for f in flat)
-        self.latencies: tuple[float | None, ...] = tuple(
-            o.latency_s for o in observer.observations
-        )
+        self.latencies: tuple[float | None, ...] = tuple(o.latency_s for o in observer.observations)
         method = MethodSignature.of(observer.signature) if observer.signature else None
         self.signature_names: list[str] = list(method.names) if method else []
         self.default_values: dict[str, Any] = {
@@ -150,7 +148,9 @@ def _adopt(foreign: Any, model: Any, method_name: str) -> InputObserver:
         )
     if not hasattr(model, method_name):
         raise ObserverError(f"{type(model).__name__} has no method {method_name!r}")
-    filled = dict(getattr(foreign, "value_if_missing", None) or getattr(info, "value_if_missing", {}) or {})
+    filled = dict(
+        getattr(foreign, "value_if_missing", None) or getattr(info, "value_if_missing", {}) or {}
+    )
     ours = InputObserver(missing=filled)
     ours._adopt_signature(inspect.signature(getattr(model, method_name)), method_name)
     names = list(ours._method.names)

@@ -213,9 +213,9 @@ class InputObserver:
             if not any(isinstance(t, torch.Tensor) for t in leaves):
                 if not spec.is_leaf():
                     empty.add(name)
-                ignored[name] = "no tensor" if leaves or not spec.is_leaf() else type(
-                    value
-                ).__name__
+                ignored[name] = (
+                    "no tensor" if leaves or not spec.is_leaf() else type(value).__name__
+                )
                 continue
             ref = self._reference.setdefault(name, value)
             named[name] = structure.canonical_order(value, ref)
@@ -282,9 +282,7 @@ class InputObserver:
             self._method,
             self._common_constants(),
             self._missing_by_name(),
-            canonical=lambda name, v: structure.canonical_order(
-                v, self._reference.get(name, v)
-            ),
+            canonical=lambda name, v: structure.canonical_order(v, self._reference.get(name, v)),
             removed=self._removed,
         )
         self._layout_cache = (key, layout)
@@ -348,7 +346,9 @@ class InputObserver:
         tuple or a dict (an error when the method needs both: ``*args`` with keywords).
         """
         layout = self._layout()
-        filled = alignment.fill_absent(self._aligned_leaves(index_or_args_or_kwargs, layout), layout)
+        filled = alignment.fill_absent(
+            self._aligned_leaves(index_or_args_or_kwargs, layout), layout
+        )
         if flat:
             return filled
         args, kwargs = self._arrange(filled, layout)
@@ -434,7 +434,9 @@ class InputObserver:
         layout = self._layout()
         return self._arrange(structure.clone_tree(list(flat)), layout)
 
-    def remove_inputs(self, input_names: list[str | int] | tuple[str | int, ...] | set[Any]) -> None:
+    def remove_inputs(
+        self, input_names: list[str | int] | tuple[str | int, ...] | set[Any]
+    ) -> None:
         """Drops inputs (names or positions) from every stored call and from ``missing``."""
         if self.signature is None:
             raise ObserverError("No inputs were captured: nothing to remove")
