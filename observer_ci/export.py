@@ -16,6 +16,7 @@ from observer_ci.constants import DEFAULT_OPSET
 from observer_ci.errors import error_tail
 from observer_ci.observer import InputObserver
 from observer_ci.results import ExportResult
+from observer_ci.torch_fixes import keyword_arguments_kept_bound
 
 
 def as_module(model: Any, method_name: str) -> torch.nn.Module:
@@ -88,7 +89,7 @@ def export_observed(
 def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:
     args, kwargs = inputs  # (args, kwargs): InputObserver.infer_arguments(as_args_kwargs=True)
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), torch.no_grad():
+    with contextlib.redirect_stdout(sink), torch.no_grad(), keyword_arguments_kept_bound():
         return torch.onnx.export(
             module,
             args,
