@@ -142,7 +142,6 @@ class CallInputs:
     values: dict[str, Any]  # tensor-bearing inputs
     empty: set[str]  # inputs passed as containers without tensors
     positional: bool  # passed positionally only (no tensor keyword, no constant)
-    n_var_positional: int
 
 
 def build_layout(

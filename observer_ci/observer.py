@@ -273,7 +273,6 @@ class InputObserver:
                 values={k: v for k, v in o.named.items() if k not in self._removed},
                 empty=o.empty - self._removed,
                 positional=o.positional_only,
-                n_var_positional=max(0, len(o.args) - len(self._method.positional)),
             )
             for o in self.observations
         ]

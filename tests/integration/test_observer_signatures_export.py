@@ -3,6 +3,7 @@ through a non-forward method), ``*args``/``**kwargs``, and a ``torch.onnx.InputO
 registered with the runner."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,7 +79,9 @@ def test_runner_export_and_replay(kind, tmp_path):
     assert [r["SUCCESS"] for r in rows] == [True, True], rows
 
 
-SCRIPT = """
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch_input_observer.py"
+
+UNPAIRED = """
 import torch
 import observer_ci
 
@@ -86,27 +89,24 @@ model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
 observer = torch.onnx.InputObserver()
 with torch.no_grad(), observer(model):
     model(torch.randn(2, 4))
-    {second_call}
+    try:
+        model(torch.randn(3, 7))  # raises inside the observer: inputs stored, no outputs
+    except RuntimeError:
+        pass
     model(torch.randn(5, 4))
-observer_ci.register(model, observer, name="torch_observer")
+observer_ci.register(model, observer, name="unpaired")
 """
 
 
 def test_runner_takes_over_a_torch_observer_or_says_why_not(tmp_path):
-    config = RunConfig(probe=False, warmup=0, repeat=1)
-    rows = {}
-    for name, second in [("paired", "model(torch.randn(3, 4))"), ("unpaired", BROKEN_CALL)]:
-        script = tmp_path / f"{name}.py"
-        script.write_text(textwrap.dedent(SCRIPT.format(second_call=second)))
-        [rows[name]] = run_script(str(script), tmp_path / name, config=config, progress=print)
-    assert rows["paired"].status == STATUS_OK, rows["paired"].error
-    assert rows["paired"].n_observations == 3
-    assert all(o.success for o in rows["paired"].observations)
-    assert rows["unpaired"].status == STATUS_OBSERVE_FAILED
-    assert "unpaired" in rows["unpaired"].error and "a call raised" in rows["unpaired"].error
-
-
-BROKEN_CALL = """try:
-        model(torch.randn(3, 7))
-    except RuntimeError:
-        pass"""
+    config = RunConfig(warmup=0, repeat=1)
+    [example] = run_script(str(EXAMPLE), tmp_path / "example", config=config, progress=print)
+    assert example.status == STATUS_OK, example.error
+    assert example.n_observations == 3 and example.method_name == "encode"
+    assert all(o.success for o in example.observations)
+    assert example.probe.ran and example.probe.success, example.probe
+    script = tmp_path / "unpaired.py"
+    script.write_text(textwrap.dedent(UNPAIRED))
+    [row] = run_script(str(script), tmp_path / "unpaired", config=config, progress=print)
+    assert row.status == STATUS_OBSERVE_FAILED
+    assert "unpaired" in row.error and "a call raised" in row.error
