@@ -24,10 +24,11 @@ from torch.utils import _pytree as pytree
 
 from observer_ci import alignment, structure
 from observer_ci.alignment import Layout, MethodSignature, ObserverError
+from observer_ci.results import InputInfo
 
 DYNAMIC = torch.export.Dim.DYNAMIC
 
-__all__ = ["DYNAMIC", "InputObserver", "InputSummary", "Observation", "ObserverError"]
+__all__ = ["DYNAMIC", "InputObserver", "Observation", "ObserverError"]
 
 
 @dataclass
@@ -43,16 +44,6 @@ class Observation:
     outputs: Any = None
     latency_s: float | None = None
     empty: set[str] = field(default_factory=set)  # containers passed without any tensor
-
-
-@dataclass
-class InputSummary:
-    """What was seen for one flattened input."""
-
-    name: str
-    dtype: str | None
-    shapes: list[list[int] | None]
-    dynamic_dims: list[int]
 
 
 class InputObserver:
@@ -456,7 +447,7 @@ class InputObserver:
         """Names of the flattened inputs, in export order."""
         return self._layout().leaf_names
 
-    def input_summaries(self, set_batch_dimension_for: Any = None) -> list[InputSummary]:
+    def input_summaries(self, set_batch_dimension_for: Any = None) -> list[InputInfo]:
         """Per flattened input: dtype, shape in each call, dynamic dims."""
         layout = self._layout()
         dynamic = self.dynamic_dims(set_batch_dimension_for)
@@ -464,7 +455,7 @@ class InputObserver:
         for j, name in enumerate(layout.leaf_names):
             shapes = [None if f[j] is None else list(f[j].shape) for f in layout.flat]
             dtype = next((str(f[j].dtype) for f in layout.flat if f[j] is not None), None)
-            summaries.append(InputSummary(name, dtype, shapes, dynamic[j]))
+            summaries.append(InputInfo(name, dtype, shapes, dynamic[j]))
         return summaries
 
     @property

@@ -19,6 +19,7 @@ from observer_ci import registry
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
+from observer_ci.logs import progress as progress_line
 from observer_ci.probe import run_probe
 from observer_ci.replay import make_session, replay_observation
 from observer_ci.results import (
@@ -28,7 +29,6 @@ from observer_ci.results import (
     STATUS_OK,
     STATUS_ORT_FAILED,
     STATUS_SCRIPT_FAILED,
-    InputInfo,
     ModelResult,
     ObservationResult,
     RunResults,
@@ -49,17 +49,13 @@ class RunConfig:
     probe: bool = True
 
 
-def stderr_progress(message: str) -> None:
-    print(f"[observer-ci] {message}", file=sys.stderr, flush=True)
-
-
 def run_scripts(
     scripts: Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     *,
     config: RunConfig | None = None,
     label: str = "head",
-    progress: Progress = stderr_progress,
+    progress: Progress = progress_line,
 ) -> RunResults:
     """Runs every script and checks every model it observed. Never raises for bad input."""
     config = config or RunConfig()
@@ -75,7 +71,7 @@ def run_scripts(
 
 
 def run_script(
-    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = stderr_progress
+    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = progress_line
 ) -> list[ModelResult]:
     """Executes one observation script, then processes what it registered."""
     progress(f"running {script}")
@@ -183,7 +179,7 @@ def process_model(
     out_dir: Path,
     *,
     config: RunConfig,
-    progress: Progress = stderr_progress,
+    progress: Progress = progress_line,
 ) -> ModelResult:
     """Infer, export, replay in onnxruntime, probe unseen shapes: one ModelResult."""
     obs = entry.observer
@@ -198,10 +194,7 @@ def process_model(
     phase = _Phases(result)
     with phase("infer"):
         try:
-            result.inputs = [
-                InputInfo(s.name, s.dtype, s.shapes, s.dynamic_dims)
-                for s in obs.input_summaries(entry.set_batch_dimension_for)
-            ]
+            result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
             result.dynamic_shapes = repr(obs.infer_dynamic_shapes(entry.set_batch_dimension_for))
         except Exception as e:
             result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
