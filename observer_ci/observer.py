@@ -488,8 +488,13 @@ class InputObserver:
         from observer_ci.compat import onnx_source
         from observer_ci.replay import check_observer
 
-        if isinstance(hist, bool):  # torch's positional order: (..., rtol, progress_bar)
-            progress_bar, hist = hist, (0.1, 0.01)
+        if isinstance(hist, bool):
+            # torch's positional order: (program, atol, rtol, progress_bar, initializer, skip_none)
+            if callable(progress_bar):
+                initializer = progress_bar
+            if isinstance(include_io, bool) and include_io is False:
+                skip_none = False
+            progress_bar, hist, include_io = hist, (0.1, 0.01), True
         self._check_captured()
         rows = check_observer(
             self,

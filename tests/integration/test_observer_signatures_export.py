@@ -53,6 +53,17 @@ def test_readme_snippet_exports_a_positional_dict_and_checks_the_onnx_program():
         rows = obs.check_discrepancies(source)
         assert [r["SUCCESS"] for r in rows] == [True, True], rows
         assert max(r["abs"] for r in rows) < 1e-5
+    # torch's positional order: (program, atol, rtol, progress_bar, initializer, skip_none)
+    sessions = []
+
+    def initializer(model):
+        import onnxruntime
+
+        sessions.append(onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"]))
+        return sessions[-1]
+
+    rows = obs.check_discrepancies(program, 1e-4, 0.1, False, initializer, True)
+    assert len(sessions) == 1 and [r["SUCCESS"] for r in rows] == [True, True], rows
 
 
 @pytest.mark.parametrize("kind", ["method_dict", "variadic"])
