@@ -7,7 +7,9 @@ Public API compatible with onnx-diagnostic's ``InputObserver`` (0.9.x) and torch
 ``infer_arguments(index_or_args_or_kwargs=None, flat=False, as_args_kwargs=False)``,
 ``check_discrepancies(onnx_model_or_program, ...)``, ``remove_inputs(names)`` and a
 read-only ``.info``. Differences are fixes: see ``shared/spec`` and the README.
-The alignment of calls lives in :mod:`observer_ci.alignment`.
+This class is the façade: recording a call lives in :mod:`observer_ci.recording`, the
+alignment of calls in :mod:`observer_ci.alignment`, reference views in
+:mod:`observer_ci.compat`.
 """
 
 from __future__ import annotations
@@ -16,34 +18,19 @@ import contextlib
 import inspect
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
-from observer_ci import alignment, structure
+from observer_ci import alignment, recording, structure
 from observer_ci.alignment import Layout, MethodSignature, ObserverError
+from observer_ci.recording import Observation
 from observer_ci.results import InputInfo
 
 DYNAMIC = torch.export.Dim.DYNAMIC
 
 __all__ = ["DYNAMIC", "InputObserver", "Observation", "ObserverError"]
-
-
-@dataclass
-class Observation:
-    """One stored call: cloned inputs (raw and by name), cloned outputs, latency."""
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    named: dict[str, Any]  # tensor-bearing inputs by name, absent ones not listed
-    constants: dict[str, Any]  # scalars that differ from a non-None default
-    ignored: dict[str, str]  # name -> why it is not an input (None, scalar, non-tensor)
-    positional_only: bool
-    outputs: Any = None
-    latency_s: float | None = None
-    empty: set[str] = field(default_factory=set)  # containers passed without any tensor
 
 
 class InputObserver:
@@ -166,62 +153,11 @@ class InputObserver:
         return MethodSignature.of(self.signature)
 
     def _names_for(self, n_args: int) -> list[str]:
-        """Names of ``n_args`` positional values: parameters, then ``*args`` elements."""
-        method = self._method
-        names = list(method.positional[:n_args])
-        if n_args > len(names):
-            if method.var_positional is None:
-                raise TypeError(f"too many positional arguments ({n_args})")
-            names += [method.var_positional_name(k) for k in range(n_args - len(names))]
-        return names
+        return recording.positional_names(self._method, n_args)
 
     def _record(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Observation:
-        """Clones one call's inputs and classifies them (tensor input, constant, ignored)."""
         assert self.signature is not None
-        args_c = structure.clone_tree(tuple(args))
-        kwargs_c = structure.clone_tree(dict(kwargs))
-        params = self.signature.parameters
-        named: dict[str, Any] = {}
-        constants: dict[str, Any] = {}
-        ignored: dict[str, str] = {}
-        empty: set[str] = set()
-        items = list(zip(self._names_for(len(args_c)), args_c)) + list(kwargs_c.items())
-        for name, value in items:
-            if value is None:
-                ignored[name] = "None"
-                continue
-            if isinstance(value, structure.SCALAR_TYPES):
-                param = params.get(name)
-                default = param.default if param is not None else inspect.Parameter.empty
-                has_default = default is not inspect.Parameter.empty and default is not None
-                if has_default and isinstance(default, structure.SCALAR_TYPES):
-                    if value != default:
-                        constants[name] = value
-                    continue
-                ignored[name] = f"scalar {type(value).__name__}"
-                continue
-            leaves, spec = pytree.tree_flatten(value)
-            if not any(isinstance(t, torch.Tensor) for t in leaves):
-                if not spec.is_leaf():
-                    empty.add(name)
-                ignored[name] = (
-                    "no tensor" if leaves or not spec.is_leaf() else type(value).__name__
-                )
-                continue
-            ref = self._reference.setdefault(name, value)
-            named[name] = structure.canonical_order(value, ref)
-        positional_only = not constants and all(
-            v is None or isinstance(v, structure.SCALAR_TYPES) for v in kwargs_c.values()
-        )
-        return Observation(
-            args=args_c,
-            kwargs=kwargs_c,
-            named=named,
-            constants=constants,
-            ignored=ignored,
-            positional_only=positional_only,
-            empty=empty,
-        )
+        return recording.record_call(self.signature, self._reference, args, kwargs)
 
     # ------------------------------------------------------------------ layout
     def _check_captured(self) -> None:
@@ -270,30 +206,13 @@ class InputObserver:
         layout = alignment.build_layout(
             calls,
             self._method,
-            self._common_constants(),
+            recording.common_constants(self.observations),
             self._missing_by_name(),
             canonical=lambda name, v: structure.canonical_order(v, self._reference.get(name, v)),
             removed=self._removed,
         )
         self._layout_cache = (key, layout)
         return layout
-
-    def _common_constants(self) -> dict[str, Any]:
-        keys: list[str] = []
-        for obs in self.observations:
-            keys.extend(k for k in obs.constants if k not in keys)
-        constants: dict[str, Any] = {}
-        for key in keys:
-            values = [o.constants.get(key, _DEFAULT) for o in self.observations]
-            distinct = {repr(v) for v in values}
-            if len(distinct) > 1:
-                shown = ", ".join(f"call {i}: {v!r}" for i, v in enumerate(values))
-                raise ObserverError(
-                    f"constant argument {key!r} differs across calls ({shown}); "
-                    "one export holds one value: observe one configuration at a time"
-                )
-            constants[key] = values[0]
-        return constants
 
     def dynamic_dims(self, set_batch_dimension_for: Any = None) -> list[list[int]]:
         """Per flattened input (export order), its dynamic dimensions."""
@@ -516,11 +435,3 @@ class InputObserver:
                     row["SUCCESS"] = False
                     row["error"] = "an output is None in torch (skip_none=False)"
         return rows
-
-
-class _Default:
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-_DEFAULT = _Default()
