@@ -19,6 +19,7 @@ from observer_ci.errors import error_tail
 from observer_ci.observer import InputObserver
 from observer_ci.onnx_exporter import onnx_export
 from observer_ci.results import ExportResult
+from observer_ci.torch_fixes import keyword_arguments_kept_bound
 
 
 def as_module(model: Any, method_name: str) -> torch.nn.Module:
@@ -77,7 +78,8 @@ def export_observed(
         )
     for index in candidates:
         try:
-            program = _export_one(module, observer.infer_arguments(index), dynamic_shapes, opset)
+            inputs = observer.infer_arguments(index, as_args_kwargs=True)
+            program = _export_one(module, inputs, dynamic_shapes, opset)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
             failures.append(f"call {index}: {error_tail(e)}")
@@ -115,9 +117,9 @@ def _name_axes(onnx_path: Path, observer: InputObserver, set_batch_dimension_for
 
 
 def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:
-    args, kwargs = (inputs, None) if isinstance(inputs, tuple) else ((), inputs)
+    args, kwargs = inputs  # (args, kwargs): InputObserver.infer_arguments(as_args_kwargs=True)
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), torch.no_grad():
+    with contextlib.redirect_stdout(sink), torch.no_grad(), keyword_arguments_kept_bound():
         return onnx_export(module, args, kwargs, dynamic_shapes, opset)
 
 

@@ -1,10 +1,15 @@
 """InputObserver: watch a model's calls, infer export arguments and dynamic shapes.
 
-Public API compatible with onnx-diagnostic's ``InputObserver`` (0.9.x):
-``InputObserver(missing=None)``, ``with obs(model, store_n_calls=3, method_name="forward")``,
-``num_obs()``, ``infer_dynamic_shapes(set_batch_dimension_for=None)``,
-``infer_arguments(index_or_args_or_kwargs=None, flat=False)`` and
-``check_discrepancies(onnx_model, ...)``. Differences are fixes: see ``shared/spec``.
+Public API compatible with onnx-diagnostic's ``InputObserver`` (0.9.x) and torch 2.13's
+``torch.onnx.InputObserver``: ``InputObserver(missing=None)`` (or ``value_if_missing=``),
+``with obs(model, store_n_calls=3, method_name="forward")``, ``num_obs()``,
+``infer_dynamic_shapes(set_batch_dimension_for=None)``,
+``infer_arguments(index_or_args_or_kwargs=None, flat=False, as_args_kwargs=False)``,
+``check_discrepancies(onnx_model_or_program, ...)``, ``remove_inputs(names)`` and a
+read-only ``.info``. Differences are fixes: see ``shared/spec`` and the README.
+This class is the façade: recording a call lives in :mod:`observer_ci.recording`, the
+alignment of calls in :mod:`observer_ci.alignment`, reference views in
+:mod:`observer_ci.compat`.
 """
 
 from __future__ import annotations
@@ -13,65 +18,19 @@ import contextlib
 import inspect
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
-from observer_ci import structure
+from observer_ci import alignment, recording, structure
+from observer_ci.alignment import Layout, MethodSignature, ObserverError
+from observer_ci.recording import Observation
 from observer_ci.results import InputInfo
 
 DYNAMIC = torch.export.Dim.DYNAMIC
 
-
-class ObserverError(ValueError):
-    """The observed calls cannot be turned into one export signature."""
-
-
-@dataclass
-class Observation:
-    """One stored call: cloned inputs (raw and by name), cloned outputs, latency."""
-
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    named: dict[str, Any]  # tensor-bearing inputs by name, absent ones not listed
-    constants: dict[str, Any]  # scalars that differ from a non-None default
-    ignored: dict[str, str]  # name -> why it is not an input (None, scalar, non-tensor)
-    positional_only: bool
-    outputs: Any = None
-    latency_s: float | None = None
-
-
-@dataclass
-class _Slot:
-    """One top-level input of the export signature."""
-
-    name: str
-    spec: pytree.TreeSpec
-    leaf_names: list[str]
-
-    @property
-    def n_leaves(self) -> int:
-        return len(self.leaf_names)
-
-
-@dataclass
-class _Layout:
-    """All observations aligned on one signature."""
-
-    positional: bool
-    slots: list[_Slot]
-    constants: dict[str, Any]
-    flat: list[list[torch.Tensor | None]]  # per observation, None for absent leaves
-    dynamic: list[list[int]] = field(default_factory=list)  # per leaf, without batch flags
-
-    @property
-    def leaf_names(self) -> list[str]:
-        return [n for s in self.slots for n in s.leaf_names]
-
-    def slot_of_leaf(self) -> list[_Slot]:
-        return [s for s in self.slots for _ in range(s.n_leaves)]
+__all__ = ["DYNAMIC", "InputObserver", "Observation", "ObserverError"]
 
 
 class InputObserver:
@@ -81,17 +40,43 @@ class InputObserver:
     >>> with obs(model):
     ...     model(x1)
     ...     model(x2)
-    >>> torch.onnx.export(model, obs.infer_arguments(),
+    >>> args, kwargs = obs.infer_arguments(as_args_kwargs=True)
+    >>> torch.onnx.export(model, args, kwargs=kwargs,
     ...                   dynamic_shapes=obs.infer_dynamic_shapes(), dynamo=True)
+
+    ``missing`` (or ``value_if_missing``, torch's name) maps parameter names or positions
+    to values standing in for inputs that vanish in some calls (``pixel_values`` after the
+    prefill); they shape the export only, the model never runs on them.
     """
 
-    def __init__(self, missing: dict[str, Any] | None = None):
-        self.missing: dict[str, Any] = dict(missing or {})
+    def __init__(
+        self,
+        missing: dict[str | int, Any] | None = None,
+        *,
+        value_if_missing: dict[str | int, Any] | None = None,
+    ):
+        if missing and value_if_missing:
+            raise ObserverError("give missing= or value_if_missing= (the same thing), not both")
+        self.missing: dict[str | int, Any] = dict(missing or value_if_missing or {})
         self.observations: list[Observation] = []
         self.signature: inspect.Signature | None = None
         self._reference: dict[str, Any] = {}
-        self._layout_cache: tuple[int, _Layout] | None = None
+        self._removed: set[str] = set()
+        self._layout_cache: tuple[tuple[int, int], Layout] | None = None
+        self._refusal: str | None = None
         self._active = False
+
+    @property
+    def value_if_missing(self) -> dict[str | int, Any]:
+        """torch's name for :attr:`missing`."""
+        return self.missing
+
+    @classmethod
+    def refused(cls, reason: str) -> InputObserver:
+        """An observer holding no call whose every inference raises ``reason``."""
+        obs = cls()
+        obs._refusal = reason
+        return obs
 
     # ------------------------------------------------------------------ observing
     @contextlib.contextmanager
@@ -107,13 +92,7 @@ class InputObserver:
         if not callable(original):
             raise ValueError(f"{type(model).__name__}.{method_name} is not callable")
         signature = inspect.signature(original)
-        if self.signature is None:
-            self.signature = signature
-        elif list(signature.parameters) != list(self.signature.parameters):
-            raise ValueError(
-                "this InputObserver already holds calls of a method with parameters "
-                f"{list(self.signature.parameters)}; {method_name} has {list(signature.parameters)}"
-            )
+        self._adopt_signature(signature, method_name)
         had_instance_attr = method_name in vars(model)
         previous = vars(model).get(method_name)
         limit = len(self.observations) + max(0, int(store_n_calls))
@@ -126,8 +105,7 @@ class InputObserver:
             outputs = original(*args, **kwargs)
             pending.latency_s = time.perf_counter() - begin
             pending.outputs = structure.clone_tree(outputs)
-            self.observations.append(pending)
-            self._layout_cache = None
+            self._store(pending)
             return outputs
 
         spy.__signature__ = signature  # type: ignore[attr-defined]
@@ -146,6 +124,19 @@ class InputObserver:
             else:
                 object.__delattr__(model, method_name)
 
+    def _adopt_signature(self, signature: inspect.Signature, method_name: str) -> None:
+        if self.signature is None:
+            self.signature = signature
+        elif list(signature.parameters) != list(self.signature.parameters):
+            raise ValueError(
+                "this InputObserver already holds calls of a method with parameters "
+                f"{list(self.signature.parameters)}; {method_name} has {list(signature.parameters)}"
+            )
+
+    def _store(self, observation: Observation) -> None:
+        self.observations.append(observation)
+        self._layout_cache = None
+
     def num_obs(self) -> int:
         """Number of stored calls."""
         return len(self.observations)
@@ -158,245 +149,79 @@ class InputObserver:
             return
         register_if_imported()
 
-    def _names_for(self, n_args: int) -> list[str]:
+    @property
+    def _method(self) -> MethodSignature:
         assert self.signature is not None
-        names: list[str] = []
-        var_name = None
-        for p in self.signature.parameters.values():
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                names.append(p.name)
-            elif p.kind == p.VAR_POSITIONAL:
-                var_name = p.name
-                break
-        while len(names) < n_args:
-            if var_name is None:
-                raise TypeError(f"too many positional arguments ({n_args})")
-            names.append(f"{var_name}_{len(names)}")
-        return names[:n_args]
+        return MethodSignature.of(self.signature)
+
+    def _names_for(self, n_args: int) -> list[str]:
+        return recording.positional_names(self._method, n_args)
 
     def _record(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Observation:
-        """Clones one call's inputs and classifies them (tensor input, constant, ignored)."""
         assert self.signature is not None
-        args_c = structure.clone_tree(tuple(args))
-        kwargs_c = structure.clone_tree(dict(kwargs))
-        params = self.signature.parameters
-        named: dict[str, Any] = {}
-        constants: dict[str, Any] = {}
-        ignored: dict[str, str] = {}
-        items = list(zip(self._names_for(len(args_c)), args_c)) + list(kwargs_c.items())
-        for name, value in items:
-            if value is None:
-                ignored[name] = "None"
-                continue
-            if isinstance(value, structure.SCALAR_TYPES):
-                param = params.get(name)
-                default = param.default if param is not None else inspect.Parameter.empty
-                has_default = default is not inspect.Parameter.empty and default is not None
-                if has_default and isinstance(default, structure.SCALAR_TYPES):
-                    if value != default:
-                        constants[name] = value
-                    continue
-                ignored[name] = f"scalar {type(value).__name__}"
-                continue
-            leaves, _ = pytree.tree_flatten(value)
-            if not any(isinstance(t, torch.Tensor) for t in leaves):
-                ignored[name] = "no tensor" if leaves or _is_container(value) else type(
-                    value
-                ).__name__
-                continue
-            ref = self._reference.setdefault(name, value)
-            named[name] = structure.canonical_order(value, ref)
-        positional_only = not kwargs_c or all(
-            v is None or isinstance(v, structure.SCALAR_TYPES) for v in kwargs_c.values()
-        )
-        return Observation(
-            args=args_c,
-            kwargs=kwargs_c,
-            named=named,
-            constants=constants,
-            ignored=ignored,
-            positional_only=positional_only and not constants,
-        )
+        return recording.record_call(self.signature, self._reference, args, kwargs)
 
     # ------------------------------------------------------------------ layout
     def _check_captured(self) -> None:
+        if self._refusal is not None:
+            raise ObserverError(self._refusal)
         if not self.observations:
-            raise RuntimeError(
-                "InputObserver has no stored call: run the model inside "
-                "`with observer(model): ...` before calling infer_arguments, "
+            raise ObserverError(
+                "No inputs were captured: the InputObserver has no stored call; run the model "
+                "inside `with observer(model): ...` before calling infer_arguments, "
                 "infer_dynamic_shapes or check_discrepancies"
             )
 
-    def _layout(self) -> _Layout:
+    def _missing_by_name(self) -> dict[str, Any]:
+        method = self._method
+        by_name: dict[str, Any] = {}
+        for key, value in self.missing.items():
+            try:
+                name = method.name_of(key)
+            except ObserverError as e:
+                raise ObserverError(f"missing= (value_if_missing=): {e}") from None
+            if name not in method.names and method.var_keyword is None:
+                raise ObserverError(
+                    f"missing= (value_if_missing=) names {name!r}, which is not a parameter of "
+                    f"the observed method {list(method.names)}"
+                )
+            if name in (method.var_positional, method.var_keyword):
+                raise ObserverError(f"missing=: {name!r} is a variadic parameter")
+            if name in by_name:
+                raise ObserverError(f"missing= gives {name!r} twice (by name and by position)")
+            by_name[name] = value
+        return {k: v for k, v in by_name.items() if k not in self._removed}
+
+    def _layout(self) -> Layout:
         self._check_captured()
-        if self._layout_cache and self._layout_cache[0] == len(self.observations):
+        key = (len(self.observations), len(self._removed))
+        if self._layout_cache and self._layout_cache[0] == key:
             return self._layout_cache[1]
-        layout = self._build_layout()
-        self._layout_cache = (len(self.observations), layout)
-        return layout
-
-    def _build_layout(self) -> _Layout:
-        constants = self._common_constants()
-        positional = not self.missing and all(o.positional_only for o in self.observations)
-        names = self._ordered_input_names(positional)
-        if positional and names != self._names_for(len(names)):
-            # A positional parameter in the middle never carried a tensor: a tuple would
-            # shift the others onto the wrong parameters, so name every input instead.
-            positional = False
-            names = self._ordered_input_names(positional)
-        slots: list[_Slot] = []
-        per_obs_leaves: list[list[torch.Tensor | None]] = [[] for _ in self.observations]
-        for name in names:
-            values = [self._value_for(o, name) for o in self.observations]
-            flats = [None if v is None else pytree.tree_flatten(v) for v in values]
-            present = [(i, f) for i, f in enumerate(flats) if f is not None and f[0]]
-            if not present:
-                continue
-            ref_i, (ref_leaves, ref_spec) = max(present, key=lambda p: len(p[1][0]))
-            ref_names = structure.leaf_names(name, values[ref_i])
-            for i, (leaves, _spec) in present:
-                paths = structure.leaf_names(name, values[i])
-                if paths != ref_names:
-                    raise ObserverError(
-                        f"input {name!r} changes structure across calls: call {ref_i} has "
-                        f"{len(ref_names)} tensors {ref_names[:6]}, call {i} has {len(paths)} "
-                        f"{paths[:6]}; observe calls with the same nesting"
-                    )
-                bad = [type(t).__name__ for t in leaves if not isinstance(t, torch.Tensor)]
-                if bad:
-                    raise ObserverError(
-                        f"input {name!r} mixes tensors with non-tensor leaves ({bad[:3]}) in "
-                        f"call {i}; pass those values as top-level scalar arguments"
-                    )
-            slots.append(_Slot(name=name, spec=ref_spec, leaf_names=ref_names))
-            for i, f in enumerate(flats):
-                if f is not None and f[0]:
-                    per_obs_leaves[i].extend(f[0])
-                else:
-                    per_obs_leaves[i].extend([None] * len(ref_leaves))
-        layout = _Layout(
-            positional=positional, slots=slots, constants=constants, flat=per_obs_leaves
-        )
-        layout.dynamic = self._dynamic_dims(layout)
-        return layout
-
-    def _value_for(self, obs: Observation, name: str) -> Any:
-        if name in obs.named:
-            return obs.named[name]
-        if name in self.missing:
-            ref = self._reference.get(name, self.missing[name])
-            return structure.canonical_order(self.missing[name], ref)
-        return None
-
-    def _ordered_input_names(self, positional: bool) -> list[str]:
-        seen: list[str] = []
-        for obs in self.observations:
-            for name in obs.named:
-                if name not in seen:
-                    seen.append(name)
-        for name in self.missing:
-            if name not in seen:
-                seen.append(name)
-        assert self.signature is not None
-        if positional:
-            n = max(len(o.args) for o in self.observations)
-            order = self._names_for(n)
-            return [name for name in order if name in seen]
-        order = list(self.signature.parameters)
-        rank = {n: i for i, n in enumerate(order)}
-        return sorted(seen, key=lambda n: (rank.get(n, len(order)), seen.index(n)))
-
-    def _common_constants(self) -> dict[str, Any]:
-        keys: list[str] = []
-        for obs in self.observations:
-            keys.extend(k for k in obs.constants if k not in keys)
-        constants: dict[str, Any] = {}
-        for key in keys:
-            values = [o.constants.get(key, _DEFAULT) for o in self.observations]
-            distinct = {repr(v) for v in values}
-            if len(distinct) > 1:
-                shown = ", ".join(f"call {i}: {v!r}" for i, v in enumerate(values))
-                raise ObserverError(
-                    f"constant argument {key!r} differs across calls ({shown}); "
-                    "one export holds one value: observe one configuration at a time"
-                )
-            constants[key] = values[0]
-        return constants
-
-    def _dynamic_dims(self, layout: _Layout) -> list[list[int]]:
-        dims: list[list[int]] = []
-        names = layout.leaf_names
-        for j, leaf_name in enumerate(names):
-            seen = [(i, flat[j]) for i, flat in enumerate(layout.flat) if flat[j] is not None]
-            ranks = {t.dim() for _, t in seen}
-            if len(ranks) > 1:
-                shown = ", ".join(f"call {i}: {tuple(t.shape)}" for i, t in seen)
-                raise ObserverError(f"input {leaf_name!r} changes rank across calls ({shown})")
-            dtypes = {t.dtype for _, t in seen}
-            if len(dtypes) > 1:
-                shown = ", ".join(f"call {i}: {t.dtype}" for i, t in seen)
-                raise ObserverError(
-                    f"input {leaf_name!r} changes dtype across calls ({shown}); an ONNX input "
-                    "has one element type: cast before calling the model"
-                )
-            rank = ranks.pop()
-            dims.append(
-                [d for d in range(rank) if len({t.shape[d] for _, t in seen}) > 1]
+        calls = [
+            alignment.CallInputs(
+                values={k: v for k, v in o.named.items() if k not in self._removed},
+                empty=o.empty - self._removed,
+                positional=o.positional_only,
             )
-        return dims
-
-    def _batch_flags(self, layout: _Layout, set_batch_dimension_for: Any) -> set[str]:
-        if set_batch_dimension_for is None or set_batch_dimension_for is False:
-            return set()
-        slot_names = [s.name for s in layout.slots]
-        if set_batch_dimension_for is True:
-            return set(slot_names)
-        if isinstance(set_batch_dimension_for, (str, int)):
-            set_batch_dimension_for = [set_batch_dimension_for]
-        assert self.signature is not None
-        positional = self._names_for(
-            sum(
-                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                for p in self.signature.parameters.values()
-            )
+            for o in self.observations
+        ]
+        layout = alignment.build_layout(
+            calls,
+            self._method,
+            recording.common_constants(self.observations),
+            self._missing_by_name(),
+            canonical=lambda name, v: structure.canonical_order(v, self._reference.get(name, v)),
+            removed=self._removed,
         )
-        flagged: set[str] = set()
-        for item in set_batch_dimension_for:
-            if isinstance(item, bool) or not isinstance(item, (int, str)):
-                raise ObserverError(f"set_batch_dimension_for: {item!r} is not a name or position")
-            name = item
-            if isinstance(item, int):
-                if not 0 <= item < len(positional):
-                    raise ObserverError(
-                        f"set_batch_dimension_for: position {item} is out of range, the method "
-                        f"has {len(positional)} positional parameters {positional}"
-                    )
-                name = positional[item]
-            if name not in slot_names:
-                raise ObserverError(
-                    f"set_batch_dimension_for: {item!r} is not an observed tensor input; "
-                    f"valid names: {slot_names}"
-                )
-            flagged.add(name)
-        return flagged
+        self._layout_cache = (key, layout)
+        return layout
 
     def dynamic_dims(self, set_batch_dimension_for: Any = None) -> list[list[int]]:
         """Per flattened input (export order), its dynamic dimensions."""
         layout = self._layout()
-        flagged = self._batch_flags(layout, set_batch_dimension_for)
-        result = []
-        for slot, dims, j in zip(
-            layout.slot_of_leaf(), layout.dynamic, range(len(layout.dynamic))
-        ):
-            dims = list(dims)
-            if slot.name in flagged and 0 not in dims and self._leaf_rank(layout, j) > 0:
-                dims = [0, *dims]
-            result.append(dims)
-        return result
-
-    @staticmethod
-    def _leaf_rank(layout: _Layout, j: int) -> int:
-        return next(flat[j].dim() for flat in layout.flat if flat[j] is not None)
+        return alignment.dynamic_dims(
+            layout, alignment.batch_flags(layout, set_batch_dimension_for)
+        )
 
     # ------------------------------------------------------------------ inference
     def infer_dynamic_shapes(
@@ -408,9 +233,10 @@ class InputObserver:
         """Dynamic shapes mirroring :meth:`infer_arguments`: a dim is dynamic if it varied.
 
         ``set_batch_dimension_for`` (True, or names/positions) also marks dim 0 dynamic;
-        unknown names raise. ``named=True`` gives each dynamic dim a name instead of
-        ``Dim.DYNAMIC`` (``batch_size``, ``sequence_length``, ...: see ``dim_names``);
-        ``torch.onnx.export`` accepts those strings and names the ONNX axes after them.
+        unknown names raise. ``*args`` shapes are a tuple under its name, ``**kwargs``
+        shapes a dict under its name, as ``torch.export`` binds them. ``named=True`` gives
+        each dynamic dim a name instead of ``Dim.DYNAMIC`` (``batch_size``,
+        ``sequence_length``, ...: see ``dim_names``).
         """
         layout = self._layout()
         if named:
@@ -420,34 +246,54 @@ class InputObserver:
         else:
             dims = self.dynamic_dims(set_batch_dimension_for)
             per_leaf = [dict.fromkeys(d, DYNAMIC) for d in dims]
-        it = iter(per_leaf)
-        by_slot = {}
-        for slot in layout.slots:
-            leaves = [next(it) for _ in range(slot.n_leaves)]
-            by_slot[slot.name] = structure.mirror(slot.spec, leaves)
-        if layout.positional:
-            return tuple(by_slot.values())
-        return {**by_slot, **dict.fromkeys(layout.constants)}
+        by_slot = {
+            slot.name: structure.mirror(slot.spec, leaves)
+            for slot, leaves in zip(
+                layout.slots, alignment.split_by_slot(layout, per_leaf).values()
+            )
+        }
+        return alignment.shape_structure(layout, by_slot)
 
     def infer_arguments(
         self,
         index_or_args_or_kwargs: int | tuple[Any, ...] | dict[str, Any] | None = None,
         flat: bool = False,
-    ) -> list[torch.Tensor] | tuple[Any, ...] | dict[str, Any]:
+        as_args_kwargs: bool = False,
+    ) -> Any:
         """One call's inputs, absent ones filled so the export sees every input.
 
-        None picks the stored call with every input present (and no dynamic dim of size
-        0 or 1, which ``torch.export`` would specialise). An int picks a stored call;
-        a tuple or dict is aligned like a new call.
+        None picks :meth:`candidate_indices`' first call (the likeliest to export). An int
+        picks a stored call; a tuple or dict is aligned like a new call. ``flat`` gives the
+        tensors in export order; ``as_args_kwargs`` always gives ``(args, kwargs)``, else a
+        tuple or a dict (an error when the method needs both: ``*args`` with keywords).
         """
         layout = self._layout()
-        leaves = self._aligned_leaves(index_or_args_or_kwargs, layout)
-        filled = self._fill_absent(leaves, layout)
+        filled = alignment.fill_absent(
+            self._aligned_leaves(index_or_args_or_kwargs, layout), layout
+        )
         if flat:
             return filled
-        return self._structure(filled, layout)
+        args, kwargs = self._arrange(filled, layout)
+        if as_args_kwargs:
+            return args, kwargs
+        if not kwargs:
+            return args
+        if not args:
+            return kwargs
+        raise ObserverError(
+            "these inputs cannot be one tuple or one dict: the method takes *args or "
+            "positional-only parameters besides keywords; call "
+            "infer_arguments(as_args_kwargs=True) and pass args and kwargs"
+        )
 
-    def _aligned_leaves(self, selector: Any, layout: _Layout) -> list[torch.Tensor | None]:
+    def _arrange(self, leaves: list[Any], layout: Layout) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        by_slot = {
+            slot.name: pytree.tree_unflatten(part, slot.spec)
+            for slot, part in zip(layout.slots, alignment.split_by_slot(layout, leaves).values())
+        }
+        return alignment.arrange(layout, by_slot, layout.constants)
+
+    def _aligned_leaves(self, selector: Any, layout: Layout) -> list[torch.Tensor | None]:
         if selector is None:
             return list(layout.flat[self.best_index()])
         if isinstance(selector, bool):
@@ -467,17 +313,21 @@ class InputObserver:
                 f"index_or_args_or_kwargs must be an int, a tuple or a dict, not "
                 f"{type(selector).__name__}"
             )
+        missing = self._missing_by_name()
         leaves: list[torch.Tensor | None] = []
         for slot in layout.slots:
-            value = self._value_for(obs, slot.name)
+            value = obs.named.get(slot.name)
+            if value is None and slot.name in missing:
+                value = structure.canonical_order(
+                    missing[slot.name], self._reference.get(slot.name, missing[slot.name])
+                )
             if value is None:
                 leaves.extend([None] * slot.n_leaves)
                 continue
-            names = structure.leaf_names(slot.name, value)
-            if names != slot.leaf_names:
+            if structure.tree_shape(value) != structure.spec_shape(slot.spec):
                 raise ObserverError(
                     f"input {slot.name!r} does not match the observed structure "
-                    f"{slot.leaf_names[:6]}: got {names[:6]}"
+                    f"{slot.leaf_names[:6]}: got {structure.leaf_names(slot.name, value)[:6]}"
                 )
             leaves.extend(pytree.tree_flatten(value)[0])
         unknown = set(obs.named) - {s.name for s in layout.slots}
@@ -485,67 +335,40 @@ class InputObserver:
             raise ObserverError(f"inputs {sorted(unknown)} were never observed")
         return leaves
 
-    def best_index(self) -> int:
-        """The stored call used for export: complete, avoiding dynamic sizes 0 and 1."""
-        return self.export_candidates()[0]
+    def candidate_indices(self) -> list[int]:
+        """Stored calls ordered by how likely they are to export as the sample.
+
+        Calls that passed every input first, then those without dynamic sizes 0 or 1 (the
+        prefill of ``generate()`` before its decode steps), then the largest.
+        """
+        return alignment.candidate_indices(self._layout())
 
     def export_candidates(self) -> list[int]:
-        """Stored calls ordered by fitness as export sample (complete first, no 0/1 sizes)."""
-        layout = self._layout()
+        """Alias of :meth:`candidate_indices`."""
+        return self.candidate_indices()
 
-        def score(i: int) -> tuple[int, int, int]:
-            flat = layout.flat[i]
-            n_absent = sum(t is None for t in flat)
-            small = sum(
-                1
-                for t, dims in zip(flat, layout.dynamic)
-                if t is not None
-                for d in dims
-                if t.shape[d] in (0, 1)
-            )
-            return (n_absent, small, i)
-
-        return sorted(range(len(layout.flat)), key=score)
-
-    def _fill_absent(
-        self, leaves: list[torch.Tensor | None], layout: _Layout
-    ) -> list[torch.Tensor]:
-        filled: list[torch.Tensor] = []
-        for j, t in enumerate(leaves):
-            if t is not None:
-                filled.append(t)
-                continue
-            seen = [flat[j] for flat in layout.flat if flat[j] is not None]
-            model = seen[-1]
-            dims = layout.dynamic[j]
-            shape = list(model.shape)
-            for d in dims:  # e.g. the batch: take this call's size of the same dimension
-                size = _size_of_same_dim(layout, leaves, j, d)
-                shape[d] = shape[d] if size is None else size
-            if dims:
-                shape[max(dims)] = 0
-                filled.append(torch.empty(shape, dtype=model.dtype, device=model.device))
-            else:
-                filled.append(torch.zeros(shape, dtype=model.dtype, device=model.device))
-        return filled
-
-    def _structure(self, leaves: list[Any], layout: _Layout) -> tuple[Any, ...] | dict[str, Any]:
-        it = iter(leaves)
-        by_slot = {}
-        for slot in layout.slots:
-            part = [next(it) for _ in range(slot.n_leaves)]
-            by_slot[slot.name] = pytree.tree_unflatten(part, slot.spec)
-        if layout.positional:
-            return tuple(by_slot.values())
-        return {**by_slot, **layout.constants}
+    def best_index(self) -> int:
+        """The stored call :meth:`infer_arguments` uses by default."""
+        return self.candidate_indices()[0]
 
     def call_arguments(self, flat: list[torch.Tensor]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """``(args, kwargs)`` to call the model with flattened inputs (cloned)."""
         layout = self._layout()
-        structured = self._structure(structure.clone_tree(list(flat)), layout)
-        if isinstance(structured, tuple):
-            return structured, {}
-        return (), structured
+        return self._arrange(structure.clone_tree(list(flat)), layout)
+
+    def remove_inputs(
+        self, input_names: list[str | int] | tuple[str | int, ...] | set[Any]
+    ) -> None:
+        """Drops inputs (names or positions) from every stored call and from ``missing``."""
+        if self.signature is None:
+            raise ObserverError("No inputs were captured: nothing to remove")
+        method = self._method
+        for item in input_names:
+            name = method.name_of(item)
+            if name in (method.var_positional, method.var_keyword):
+                raise ObserverError(f"cannot remove the variadic parameter {name!r}")
+            self._removed.add(name)
+        self._layout_cache = None
 
     # ------------------------------------------------------------------ reporting
     def aligned_inputs(self, index: int) -> list[torch.Tensor | None]:
@@ -567,25 +390,47 @@ class InputObserver:
             summaries.append(InputInfo(name, dtype, shapes, dynamic[j]))
         return summaries
 
+    @property
+    def info(self) -> Any:
+        """Read-only view of the stored calls shaped like the reference's ``.info``."""
+        from observer_ci.compat import ObservedCalls
+
+        return ObservedCalls(self)
+
     def check_discrepancies(
         self,
         onnx_model: Any,
         atol: float = 1e-4,
         rtol: float = 0.1,
-        hist: tuple[float, ...] | list[float] = (0.1, 0.01),
+        hist: tuple[float, ...] | list[float] | bool = (0.1, 0.01),
         progress_bar: bool = False,
         include_io: bool = True,
+        skip_none: bool = True,
         *,
+        initializer: Any = None,
         warmup: int = 0,
         repeat: int = 1,
     ) -> list[dict[str, Any]]:
-        """Replays every stored call in onnxruntime; one row per call, errors included."""
+        """Replays every stored call in onnxruntime; one row per call, errors included.
+
+        ``onnx_model``: a path, a ``ModelProto`` or the ``ONNXProgram`` that
+        ``torch.onnx.export`` returns. ``initializer`` (torch's) builds the session from the
+        serialized model. ``skip_none=False`` fails a call whose outputs hold a None.
+        """
+        from observer_ci.compat import onnx_source
         from observer_ci.replay import check_observer
 
+        if isinstance(hist, bool):
+            # torch's positional order: (program, atol, rtol, progress_bar, initializer, skip_none)
+            if callable(progress_bar):
+                initializer = progress_bar
+            if isinstance(include_io, bool) and include_io is False:
+                skip_none = False
+            progress_bar, hist, include_io = hist, (0.1, 0.01), True
         self._check_captured()
-        return check_observer(
+        rows = check_observer(
             self,
-            onnx_model,
+            onnx_source(onnx_model, initializer),
             atol=atol,
             rtol=rtol,
             hist=tuple(hist),
@@ -594,33 +439,12 @@ class InputObserver:
             warmup=warmup,
             repeat=repeat,
         )
-
-
-def _size_of_same_dim(
-    layout: _Layout, leaves: list[torch.Tensor | None], j: int, d: int
-) -> int | None:
-    """This call's size of a dynamic dim equal to leaf ``j``'s dim ``d`` in every call."""
-    for k, t in enumerate(leaves):
-        if t is None or k == j:
-            continue
-        for e in layout.dynamic[k]:
-            pairs = [
-                (f[j].shape[d], f[k].shape[e])
-                for f in layout.flat
-                if f[j] is not None and f[k] is not None
-            ]
-            if pairs and all(a == b for a, b in pairs):
-                return int(t.shape[e])
-    return None
-
-
-class _Default:
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-_DEFAULT = _Default()
-
-
-def _is_container(value: Any) -> bool:
-    return isinstance(value, (list, tuple, dict))
+        if not skip_none:
+            for row in rows:
+                index = row.get("index", -1)
+                if 0 <= index < len(self.observations) and structure.contains_none(
+                    self.observations[index].outputs
+                ):
+                    row["SUCCESS"] = False
+                    row["error"] = "an output is None in torch (skip_none=False)"
+        return rows

@@ -6,8 +6,11 @@ from typing import Any
 
 
 def make_session(onnx_model: Any, threads: int | None = None):
-    """A CPU onnxruntime session from a path or an ``onnx.ModelProto``."""
+    """A CPU onnxruntime session from a path or an ``onnx.ModelProto`` (a session is kept)."""
     import onnxruntime as ort
+
+    if isinstance(onnx_model, ort.InferenceSession):
+        return onnx_model
 
     options = ort.SessionOptions()
     options.log_severity_level = 3

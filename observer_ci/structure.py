@@ -48,6 +48,55 @@ def leaf_names(prefix: str, value: Any) -> list[str]:
     return [prefix + "".join("_" + _key_str(k) for k in path) for path, _ in paths]
 
 
+def tree_shape(value: Any) -> Any:
+    """The container skeleton of a nested value: types, dict keys and child counts.
+
+    Key names of registered classes are left out: helpers that build the same cache may
+    name its children differently, and what matters for alignment is types and counts.
+    """
+    return spec_shape(pytree.tree_flatten(value)[1])
+
+
+def spec_shape(spec: pytree.TreeSpec) -> Any:
+    """:func:`tree_shape` of a flattened value's spec."""
+
+    def skeleton(node: pytree.TreeSpec) -> Any:
+        if node.is_leaf():
+            return None
+        keys = tuple(node.context) if node.type is dict else len(node.children())
+        return (node.type, keys, tuple(skeleton(c) for c in node.children()))
+
+    return skeleton(spec)
+
+
+def contains_none(value: Any) -> bool:
+    """True when a nested value holds a None (pytree drops them when flattening)."""
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(contains_none(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(contains_none(v) for v in value)
+    return False
+
+
+def trees_equal(a: Any, b: Any) -> bool:
+    """Same skeleton and equal tensors (dtype, shape and values)."""
+    try:
+        if tree_shape(a) != tree_shape(b):
+            return False
+        la, lb = pytree.tree_flatten(a)[0], pytree.tree_flatten(b)[0]
+    except Exception:
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
 def _key_str(key: Any) -> str:
     for attr in ("key", "idx", "name"):
         if hasattr(key, attr):

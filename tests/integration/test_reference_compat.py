@@ -1,9 +1,11 @@
-"""Same public API and results as onnx-diagnostic's InputObserver, minus its defects.
+"""Same public API and results as the reference observers, minus their defects.
 
-Both observers watch the same calls; where the reference is right the outputs must be
-equal, where it has a known defect ours must differ the documented way.
+onnx-diagnostic's ``InputObserver`` and torch 2.13's ``torch.onnx.InputObserver`` watch the
+same calls as ours; where a reference is right the outputs must be equal, where it has a
+known defect ours must differ the documented way.
 """
 
+import inspect
 import tempfile
 
 import pytest
@@ -14,6 +16,7 @@ pytest.importorskip(
 )
 
 from onnx_diagnostic.investigate.input_observer import InputObserver as Reference  # noqa: E402
+from torch.onnx import InputObserver as TorchObserver  # noqa: E402
 
 from observer_ci import InputObserver, ObserverError  # noqa: E402
 from observer_ci.export import export_observed  # noqa: E402
@@ -48,15 +51,20 @@ CASES = {
 }
 
 
-def observe_both(calls, model_cls=Model, **kwargs):
+def observe_both(calls, model_cls=Model, reference=Reference, **kwargs):
     observers = []
-    for cls in (Reference, InputObserver):
+    for cls in (reference, InputObserver):
         model, obs = model_cls(), cls()
         with obs(model, **kwargs):
             for args, kw in calls:
                 model(*args, **kw)
         observers.append(obs)
     return observers
+
+
+def bound(args_kwargs, method=Model.forward):
+    args, kwargs = args_kwargs
+    return shapes(dict(inspect.signature(method).bind(None, *args, **kwargs).arguments))
 
 
 def shapes(value):
@@ -67,9 +75,10 @@ def shapes(value):
     return tuple(value.shape) if isinstance(value, torch.Tensor) else value
 
 
+@pytest.mark.parametrize("reference", [Reference, TorchObserver], ids=["onnx_diagnostic", "torch"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_same_dynamic_shapes_and_arguments_as_the_reference(case):
-    ref, ours = observe_both(CASES[case])
+def test_same_dynamic_shapes_and_arguments_as_the_reference(case, reference):
+    ref, ours = observe_both(CASES[case], reference=reference)
     assert ours.num_obs() == ref.num_obs()
     assert ours.infer_dynamic_shapes() == ref.infer_dynamic_shapes()
     assert ours.infer_dynamic_shapes(set_batch_dimension_for={"x"}) == ref.infer_dynamic_shapes(
@@ -78,13 +87,21 @@ def test_same_dynamic_shapes_and_arguments_as_the_reference(case):
     assert ours.infer_dynamic_shapes(set_batch_dimension_for=True) == ref.infer_dynamic_shapes(
         set_batch_dimension_for=True
     )
-    assert shapes(ours.infer_arguments()) == shapes(ref.infer_arguments())
     for i in range(ours.num_obs()):
         if None in ours.aligned_inputs(i):
             continue  # a stand-in: see test_defect_stand_in_takes_the_calls_batch
+        assert shapes(ours.infer_arguments(i)) == shapes(ref.infer_arguments(i))
         assert shapes(ours.infer_arguments(i, flat=True)) == shapes(
             ref.infer_arguments(i, flat=True)
         )
+        # (args, kwargs) may split differently; both bind to the same parameters
+        assert bound(ours.infer_arguments(i, as_args_kwargs=True)) == bound(
+            ref.infer_arguments(i, as_args_kwargs=True)
+        )
+    # the default sample differs on purpose: ours is the likeliest to export (complete,
+    # no dynamic size 0 or 1, then the largest), the references take the first complete one
+    best = ours.best_index()
+    assert shapes(ours.infer_arguments()) == shapes(ref.infer_arguments(best))
 
 
 def test_defect_stand_in_takes_the_calls_batch():
