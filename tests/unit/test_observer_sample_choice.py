@@ -42,28 +42,10 @@ def chosen(obs: InputObserver) -> torch.Tensor:
     return obs.infer_arguments()["x"]
 
 
-def test_a_complete_call_wins_over_an_earlier_incomplete_one():
-    calls = [dict(x=t(3, 4)), dict(x=t(5, 4), y=t(5, 2)), dict(x=t(6, 4), y=t(6, 2))]
-    obs = observe(Optional2(), *calls)
-    assert obs.best_index() == 1
-    assert torch.equal(chosen(obs), calls[1]["x"])
-    assert obs.infer_arguments()["y"].shape == (5, 2)  # observed, not a stand-in
-
-
 def test_a_complete_call_with_size_one_still_wins_over_an_incomplete_one():
     calls = [dict(x=t(4, 4)), dict(x=t(1, 4), y=t(1, 2)), dict(x=t(7, 4))]
     obs = observe(Optional2(), *calls)
     assert obs.best_index() == 1
-
-
-def test_fewer_absent_inputs_rank_first():
-    calls = [
-        dict(x=t(3, 4)),  # y and z absent
-        dict(x=t(4, 4), z=t(4, 1)),  # y absent
-        dict(x=t(5, 4), y=t(5, 2)),  # z absent
-    ]
-    obs = observe(Optional2(), *calls)
-    assert obs.best_index() == 1  # one absent; tie with call 2 broken by position
 
 
 def test_dynamic_sizes_zero_and_one_are_avoided_but_static_ones_are_not_penalised():

@@ -77,12 +77,6 @@ def test_the_worst_call_is_found_wherever_it_is():
     assert math.isnan(reg.head_value)
 
 
-def test_abs_and_rel_trip_separately():
-    regs = of_rule(regressions(errors((2e-3, 1e-6), (1e-7, 5e-2))), "discrepancy")
-    assert sorted(r.head_value for r in regs) == [2e-3, 5e-2]
-    assert {r.message.split(" error")[0] for r in regs} == {"max abs", "max rel"}
-
-
 # -- the discrepancy gate with a base ----------------------------------------------------------
 
 
@@ -104,14 +98,6 @@ def test_discrepancy_still_failing_reports_but_does_not_fail():
     assert not reg.fails_build
     assert reg.message.startswith(STILL_FAILING) and "base 0.002" in reg.message
     assert (reg.base_value, reg.head_value) == (2e-3, 4e-3)
-
-
-def test_still_failing_is_judged_per_metric():
-    # base already failed abs; head fails abs and, newly, rel: only rel fails the build
-    regs = of_rule(regressions(errors((4e-3, 5e-2)), errors((2e-3, 1e-6))), "discrepancy")
-    by_metric = {r.message.split(STILL_FAILING + ": ")[-1].split(" error")[0]: r for r in regs}
-    assert not by_metric["max abs"].fails_build
-    assert by_metric["max rel"].fails_build
 
 
 def test_base_exactly_at_the_limit_was_not_failing():
@@ -149,12 +135,6 @@ def test_growth_floor_is_inclusive():
     just_above = math.nextafter(GROWTH_FLOOR, ABOVE)
     (reg,) = of_rule(regressions(head, errors((just_above, 1e-6))), "abs_growth")
     assert reg.base_value == just_above
-
-
-def test_growth_to_nan_trips_and_nan_base_is_skipped():
-    (reg,) = of_rule(regressions(errors((math.nan, 1e-6)), errors((1e-5, 1e-6))), "abs_growth")
-    assert "×nan" in reg.message
-    assert of_rule(regressions(errors((1e-5, 1e-6)), errors((math.nan, 1e-6))), "abs_growth") == []
 
 
 def test_latency_ratio_is_exclusive():
@@ -343,24 +323,6 @@ def test_missing_model_message():
     regs = compare(run(model("a")), run(model("a"), model("b")), Thresholds(), DEFAULT_FAIL_ON)
     assert [(r.model, r.message) for r in regs] == [
         ("b", "model present in base is missing from head")
-    ]
-
-
-def test_one_model_lists_its_regressions_in_rule_order_not_message_order():
-    head = model(
-        observations=[observation(0, 4e-3, 1e-6, ort=0.5), observation(1, 4e-3, 1e-6, ort=0.5)],
-        export=export(node_count=200, input_dims={"x": [4, 8]}),
-        probe=ProbeResult(ran=True, ok=True, success=False, abs=1.0),
-    )
-    base = model(export=export(node_count=100), observations=[observation(0, 1e-5)])
-    rules = [r.rule for r in regressions(head, base)]
-    assert rules == [
-        "discrepancy",
-        "abs_growth",
-        "dynamic_dim_lost",
-        "latency_ratio",
-        "node_count_growth",
-        "probe_failed",
     ]
 
 
