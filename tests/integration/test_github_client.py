@@ -10,7 +10,6 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import requests
@@ -26,40 +25,13 @@ from observer_ci.github import (
     upsert_sticky_comment,
 )
 from observer_ci.github_client import GitHubClient, GitHubError
-from tests.support.fake_github import BOT_LOGIN, FakeGitHub
+from tests.conftest import RecordingSleep
+from tests.support.fake_github import BOT_LOGIN, DEFAULT_TOKEN, FakeGitHub
 
-TOKEN = "ghs_integration_secret_token_123"
+TOKEN = DEFAULT_TOKEN  # what the shared `gh` fixture (tests/conftest.py) accepts
 OWNER, REPO, PR = "octo", "widgets", 17
 LIST_PATH = f"/repos/{OWNER}/{REPO}/issues/{PR}/comments"
 DEFAULT_LINE = StickyMarker().render()  # default key, no run
-
-
-class RecordingSleep:
-    """A ``sleep`` that records the requested waits instead of sleeping."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-
-
-@pytest.fixture
-def gh() -> Iterator[FakeGitHub]:
-    with FakeGitHub(token=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def sleep() -> RecordingSleep:
-    return RecordingSleep()
-
-
-@pytest.fixture
-def session() -> Iterator[requests.Session]:
-    with requests.Session() as s:
-        s.trust_env = False  # never route loopback traffic through an environment proxy
-        yield s
 
 
 def make_client(
