@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ import onnx
 import torch
 
 from observer_ci.constants import DEFAULT_OPSET
-from observer_ci.errors import error_tail
+from observer_ci.errors import error_headline, error_tail
+from observer_ci.families import has_empty_form
 from observer_ci.observer import InputObserver
 from observer_ci.results import ExportResult
 
@@ -47,33 +49,49 @@ def export_observed(
     method_name: str = "forward",
     set_batch_dimension_for: Any = None,
     opset: int = DEFAULT_OPSET,
-    max_samples: int = 3,
+    max_samples: int | None = None,
+    call_numbers: list[int] | None = None,
 ) -> ExportResult:
     """Exports from the observer's inferred arguments and dynamic shapes; never raises.
 
-    Model code sometimes branches on a size (``seq > 1``) and fails to trace on one
-    sample; the next best observed calls are then tried as samples, up to ``max_samples``.
+    Candidate samples are the observed calls ordered by :func:`rank_candidates` (the most
+    likely to trace first). Model code sometimes branches on a size (``seq > 1``) and fails
+    to trace on one sample: the next ones are tried, every observed call if needed
+    (``max_samples`` caps it), until two samples fail with the same error. ``call_numbers``
+    maps the observer's calls to the numbers shown (a family's observer holds a subset).
     """
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     begin = time.perf_counter()
     failures: list[str] = []
+
+    def number(index: int) -> int:
+        return call_numbers[index] if call_numbers else index
+
     try:
         dynamic_shapes = observer.infer_dynamic_shapes(set_batch_dimension_for)
-        candidates = observer.export_candidates()[: max(1, max_samples)]
+        candidates = rank_candidates(observer, set_batch_dimension_for)
+        if max_samples is not None:
+            candidates = candidates[: max(1, max_samples)]
         module = as_module(model, method_name)
     except Exception as e:
         return ExportResult(ok=False, error=error_tail(e), seconds=time.perf_counter() - begin)
+    seen_errors: set[str] = set()
     for index in candidates:
         try:
             program = _export_one(module, observer.infer_arguments(index), dynamic_shapes, opset)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
-            failures.append(f"call {index}: {error_tail(e)}")
+            error = error_tail(e)
+            failures.append(f"call {number(index)}: {error}")
+            key = _error_key(error)
+            if key in seen_errors:
+                break  # the same failure twice: other samples would fail alike
+            seen_errors.add(key)
             continue
         result = describe_onnx(onnx_path)
         result.seconds = time.perf_counter() - begin
-        result.sample_index = index
+        result.sample_index = number(index)
         result.failed_samples = failures
         return result
     return ExportResult(
@@ -82,6 +100,36 @@ def export_observed(
         seconds=time.perf_counter() - begin,
         failed_samples=failures,
     )
+
+
+def rank_candidates(observer: InputObserver, set_batch_dimension_for: Any = None) -> list[int]:
+    """Observed calls ordered by how likely they are to trace as the export sample.
+
+    First the calls whose absent inputs need no made-up values (an absent input with a
+    dynamic non-batch dim is fed as a 0-length tensor, which means "nothing"; any other is a
+    made-up stand-in, never a sample), then the fewest dynamic sizes 0 or 1
+    (``torch.export`` specialises them; model code branches on ``seq > 1``), then the
+    fewest absent inputs, then the largest dynamic sizes, then observation order. The
+    prefill call of a ``generate()`` comes before its decode calls (sequence length 1).
+    """
+    dynamic = observer.dynamic_dims(set_batch_dimension_for)
+
+    def score(i: int) -> tuple[int, int, int, int, int]:
+        flat = observer.aligned_inputs(i)
+        made_up = sum(t is None and not has_empty_form(d) for t, d in zip(flat, dynamic))
+        small = sum(
+            1 for t, dims in zip(flat, dynamic) if t is not None for d in dims if t.shape[d] < 2
+        )
+        absent = sum(t is None for t in flat)
+        size = sum(t.shape[d] for t, dims in zip(flat, dynamic) if t is not None for d in dims)
+        return (made_up, small, absent, -size, i)
+
+    return sorted(range(observer.num_obs()), key=score)
+
+
+def _error_key(error: str) -> str:
+    """The error's headline without numbers (sizes, node ids): failures alike compare equal."""
+    return re.sub(r"\d+", "#", error_headline(error))
 
 
 def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:

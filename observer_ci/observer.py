@@ -101,6 +101,8 @@ class InputObserver:
         self._reference: dict[str, Any] = {}
         self._layout_cache: tuple[int, _Layout] | None = None
         self._active = False
+        # leaf name -> dims dynamic in a parent observer (see ``subset``)
+        self._inherited_dynamic: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ observing
     @contextlib.contextmanager
@@ -349,10 +351,29 @@ class InputObserver:
                     "has one element type: cast before calling the model"
                 )
             rank = ranks.pop()
-            dims.append(
-                [d for d in range(rank) if len({t.shape[d] for _, t in seen}) > 1]
-            )
+            varied = {d for d in range(rank) if len({t.shape[d] for _, t in seen}) > 1}
+            # a dim dynamic across the parent's calls stays dynamic here unless every size
+            # seen here is 0 or 1 (torch.export would specialise the sample on it)
+            varied |= {
+                d
+                for d in self._inherited_dynamic.get(leaf_name, [])
+                if d < rank and min(t.shape[d] for _, t in seen) >= 2
+            }
+            dims.append(sorted(varied))
         return dims
+
+    def subset(self, indices: list[int]) -> InputObserver:
+        """A new observer holding only the stored calls at ``indices`` (one call family).
+
+        Dims dynamic across all calls stay dynamic in the subset where its sizes allow.
+        """
+        parent_dims = dict(zip(self.leaf_names(), self._layout().dynamic))
+        sub = InputObserver(missing=self.missing)
+        sub.signature = self.signature
+        sub._reference = self._reference
+        sub.observations = [self.observations[i] for i in indices]
+        sub._inherited_dynamic = parent_dims
+        return sub
 
     def _batch_flags(self, layout: _Layout, set_batch_dimension_for: Any) -> set[str]:
         if set_batch_dimension_for is None or set_batch_dimension_for is False:

@@ -78,6 +78,9 @@ class ObservationResult:
     ort_latency_s: float | None = None  # median over repeats
     inputs: str = ""
     outputs: str = ""
+    family: str | None = None  # the graph that served this call (see ModelResult.graphs)
+    stand_ins: list[str] = field(default_factory=list)  # absent inputs fed as 0-length tensors
+    note: str | None = None  # how the call was served when not as observed
 
 
 @dataclass
@@ -92,6 +95,17 @@ class ProbeResult:
     shapes: dict[str, list[int]] = field(default_factory=dict)
     abs: float | None = None
     rel: float | None = None
+
+
+@dataclass
+class GraphResult:
+    """One exported graph and the family of observed calls it serves."""
+
+    name: str  # Hugging Face role name where it matches (decoder_with_past_model), else model
+    observation_indices: list[int] = field(default_factory=list)
+    reason: str = ""  # why these calls need a graph of their own
+    export: ExportResult | None = None
+    probe: ProbeResult | None = None
 
 
 @dataclass
@@ -111,6 +125,7 @@ class ModelResult:
     probe: ProbeResult | None = None
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # hints for the reader (training mode, ...)
+    graphs: list[GraphResult] = field(default_factory=list)  # one per call family; [0] = export
 
     @property
     def max_abs(self) -> float | None:
@@ -231,4 +246,12 @@ def _model_from_dict(data: dict[str, Any]) -> ModelResult:
     model.export = _build(ExportResult, data.get("export"))
     model.observations = [_build(ObservationResult, o) for o in data.get("observations", [])]
     model.probe = _build(ProbeResult, data.get("probe"))
+    model.graphs = [_graph_from_dict(g) for g in data.get("graphs", [])]
     return model
+
+
+def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
+    graph = _build(GraphResult, data)
+    graph.export = _build(ExportResult, data.get("export"))
+    graph.probe = _build(ProbeResult, data.get("probe"))
+    return graph

@@ -12,14 +12,25 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from observer_ci import registry
 from observer_ci.environment import environment_fingerprint
-from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
+from observer_ci.errors import ANSI_ESCAPE, error_headline, error_tail, traceback_tail
 from observer_ci.export import export_observed
+from observer_ci.families import (
+    ROLE_SINGLE,
+    Family,
+    name_families,
+    plan_families,
+    split_family,
+    stand_ins,
+)
+from observer_ci.observer import InputObserver
 from observer_ci.probe import run_probe
+from observer_ci.pytrees import register_model_output_keys
 from observer_ci.replay import make_session, replay_observation
 from observer_ci.results import (
     STATUS_DISCREPANCY,
@@ -28,9 +39,11 @@ from observer_ci.results import (
     STATUS_OK,
     STATUS_ORT_FAILED,
     STATUS_SCRIPT_FAILED,
+    GraphResult,
     InputInfo,
     ModelResult,
     ObservationResult,
+    ProbeResult,
     RunResults,
 )
 
@@ -196,6 +209,7 @@ def process_model(
         notes=model_notes(entry),
     )
     phase = _Phases(result)
+    register_model_output_keys()  # ModelOutput classes first used during the script
     with phase("infer"):
         try:
             result.inputs = [
@@ -207,62 +221,211 @@ def process_model(
             result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
             progress(f"{entry.name}: cannot infer export inputs: {result.error}")
             return result
-    progress(f"{entry.name}: exporting ({obs.num_obs()} calls observed)")
-    onnx_path = out_dir / "onnx" / f"{safe_filename(entry.name)}.onnx"
-    with phase("export"):
-        result.export = export_observed(
-            entry.model,
-            obs,
-            onnx_path,
-            method_name=entry.method_name,
-            set_batch_dimension_for=entry.set_batch_dimension_for,
-        )
-    if not result.export.ok:
-        result.status, result.error = STATUS_EXPORT_FAILED, result.export.error
-        progress(f"{entry.name}: export failed: {(result.export.error or '')[-300:]}")
-        return result
-    progress(f"{entry.name}: exported in {result.export.seconds:.1f}s, replaying")
     try:
-        session = make_session(onnx_path)
+        families = plan_families(obs, entry.set_batch_dimension_for)
     except Exception as e:
-        result.status, result.error = STATUS_ORT_FAILED, error_tail(e)
+        result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
         return result
-    method = getattr(entry.model, entry.method_name)
-    with phase("replay"):
-        result.observations = [
-            replay_observation(
-                obs,
-                i,
-                session,
-                method=method,
-                atol=config.atol,
-                rtol=config.rtol,
-                hist=config.hist,
-                warmup=config.warmup,
-                repeat=config.repeat,
-            ).result
-            for i in range(obs.num_obs())
-        ]
-    if config.probe:
-        with phase("probe"):
-            try:
-                result.probe = run_probe(
-                    obs,
-                    method,
-                    session,
-                    set_batch_dimension_for=entry.set_batch_dimension_for,
-                    atol=config.atol,
-                    rtol=config.rtol,
-                )
-            except Exception as e:
-                from observer_ci.results import ProbeResult
-
-                result.probe = ProbeResult(ran=True, ok=False, error=error_tail(e))
+    progress(
+        f"{entry.name}: exporting {len(families)} graph(s) ({obs.num_obs()} calls observed)"
+    )
+    server = _FamilyServer(entry, out_dir, config, phase, single=len(families) == 1)
+    rows: dict[int, ObservationResult] = {}
+    served_families: list[Family] = []
+    queue = list(families)
+    while queue:
+        family = queue.pop(0)
+        if not family.name:
+            family.name = f"{ROLE_SINGLE}_{len(served_families) + len(queue) + 1}"
+        graph, served = server.serve(family)
+        moved = _stand_in_failures(graph, served)
+        if moved:
+            family, *extra = split_family(family, obs, moved, entry.set_batch_dimension_for)
+            graph.observation_indices = family.indices
+            for i in moved:
+                served.pop(i)
+            server.single = False
+            queue.extend(extra)
+        result.graphs.append(graph)
+        served_families.append(family)
+        rows.update(served)
+    if len(result.graphs) > 1:
+        server.rename(result.graphs, name_families(served_families), rows)
+    result.observations = [rows[i] for i in sorted(rows)]
+    main = result.graphs[0]
+    result.export, result.probe = main.export, main.probe
+    if len(result.graphs) > 1:
+        result.notes.append(
+            f"{len(result.graphs)} graphs, one per call family: "
+            + "; ".join(
+                f"{g.name} serves calls {g.observation_indices}" + (f" ({g.reason})" if g.reason
+                                                                     else "")
+                for g in result.graphs
+            )
+        )
+    failed = [g for g in result.graphs if g.export is None or not g.export.ok]
+    if failed:
+        g = failed[0]
+        error = (g.export.error if g.export else None) or "export failed"
+        result.status = STATUS_EXPORT_FAILED
+        result.error = error if len(result.graphs) == 1 else f"graph {g.name}: {error}"
+        progress(f"{entry.name}: export failed: {result.error[-300:]}")
+        return result
     result.status = _status(result.observations)
     if result.status != STATUS_OK:
         result.error = next((o.error for o in result.observations if o.error), None)
     progress(f"{entry.name}: {result.status}")
     return result
+
+
+def _stand_in_failures(graph: GraphResult, served: dict[int, ObservationResult]) -> list[int]:
+    """Calls that failed on a shared graph only because of stand-ins (others passed)."""
+    if graph.export is None or not graph.export.ok:
+        return []
+    sample = graph.export.sample_index
+    failed = [i for i, r in served.items() if r.stand_ins and not r.success and i != sample]
+    if failed and any(r.success for r in served.values()):
+        return failed
+    return []
+
+
+class _FamilyServer:
+    """Exports one graph per call family, replays its calls on it, probes it."""
+
+    def __init__(
+        self,
+        entry: registry.ObservedModel,
+        out_dir: Path,
+        config: RunConfig,
+        phase: _Phases,
+        single: bool,
+    ):
+        self.entry, self.out_dir, self.config, self.phase = entry, out_dir, config, phase
+        self.single = single
+        self.method = getattr(entry.model, entry.method_name)
+
+    def path(self, name: str) -> Path:
+        stem = safe_filename(self.entry.name)
+        if self.single:
+            return self.out_dir / "onnx" / f"{stem}.onnx"
+        return self.out_dir / "onnx" / stem / f"{safe_filename(name)}.onnx"
+
+    def rename(
+        self,
+        graphs: list[GraphResult],
+        families: list[Family],
+        rows: dict[int, ObservationResult],
+    ) -> None:
+        """Final names once every family is known; files and rows follow."""
+        self.single = False
+        renamed: dict[str, str] = {}
+        for graph, family in zip(graphs, families):
+            renamed[graph.name] = family.name
+            graph.name, graph.reason = family.name, family.reason or graph.reason
+        temporary = []
+        for graph in graphs:  # two steps: a new name may be another graph's old name
+            if graph.export is not None and graph.export.onnx_path:
+                source = Path(graph.export.onnx_path)
+                moved = source.with_name(source.name + ".moving")
+                source.replace(moved)
+                temporary.append((graph, moved))
+        for graph, moved in temporary:
+            target = self.path(graph.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            moved.replace(target)
+            graph.export.onnx_path = str(target)
+        for row in rows.values():
+            old = row.family or ""
+            row.family = renamed.get(old, row.family)
+            if row.note:
+                row.note = row.note.replace(f"graph {old} ", f"graph {row.family} ")
+
+    def serve(self, family: Family) -> tuple[GraphResult, dict[int, ObservationResult]]:
+        entry, config = self.entry, self.config
+        obs = entry.observer
+        whole = family.indices == list(range(obs.num_obs()))
+        sub = obs if whole else obs.subset(family.indices)
+        flags = _flags_for(sub, entry.set_batch_dimension_for)
+        graph = GraphResult(name=family.name, observation_indices=family.indices,
+                            reason=family.reason)
+        with self.phase("export"):
+            graph.export = export_observed(
+                entry.model,
+                sub,
+                self.path(family.name),
+                method_name=entry.method_name,
+                set_batch_dimension_for=flags,
+                call_numbers=family.indices,
+            )
+        if not graph.export.ok:
+            return graph, {
+                i: ObservationResult(
+                    index=i,
+                    ok=False,
+                    family=family.name,
+                    error=f"graph {family.name} could not be exported: "
+                    f"{error_headline(graph.export.error)}",
+                )
+                for i in family.indices
+            }
+        try:
+            session = make_session(graph.export.onnx_path)
+        except Exception as e:
+            error = error_tail(e)
+            return graph, {
+                i: ObservationResult(index=i, ok=False, family=family.name, error=error)
+                for i in family.indices
+            }
+        dynamic = sub.dynamic_dims(flags)
+        rows: dict[int, ObservationResult] = {}
+        with self.phase("replay"):
+            for local, index in enumerate(family.indices):
+                row = replay_observation(
+                    sub,
+                    local,
+                    session,
+                    method=self.method,
+                    atol=config.atol,
+                    rtol=config.rtol,
+                    hist=config.hist,
+                    warmup=config.warmup,
+                    repeat=config.repeat,
+                ).result
+                row.index, row.family = index, family.name
+                row.stand_ins, _made_up = stand_ins(sub, local, dynamic)
+                if row.stand_ins:
+                    row.note = (
+                        f"served by graph {family.name} with 0-length stand-ins for the absent "
+                        f"inputs {row.stand_ins[:4]}"
+                    )
+                rows[index] = row
+        if config.probe:
+            with self.phase("probe"):
+                try:
+                    graph.probe = run_probe(
+                        sub,
+                        self.method,
+                        session,
+                        set_batch_dimension_for=flags,
+                        atol=config.atol,
+                        rtol=config.rtol,
+                    )
+                except Exception as e:
+                    graph.probe = ProbeResult(ran=True, ok=False, error=error_tail(e))
+        return graph, rows
+
+
+def _flags_for(observer: InputObserver, flags: Any) -> Any:
+    """``set_batch_dimension_for`` restricted to the inputs a family's calls pass."""
+    if flags is None or isinstance(flags, bool) or isinstance(flags, (str, int)) and not flags:
+        return flags
+    items = [flags] if isinstance(flags, (str, int)) else list(flags)
+    names = observer.leaf_names()
+    kept = [
+        f for f in items
+        if not isinstance(f, str) or any(n == f or n.startswith(f + "_") for n in names)
+    ]
+    return kept or None
 
 
 def _status(observations: list[ObservationResult]) -> str:
@@ -291,4 +454,6 @@ class _Phase:
         self.begin = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
-        self.result.phase_seconds[self.name] = time.perf_counter() - self.begin
+        seconds = time.perf_counter() - self.begin
+        phases = self.result.phase_seconds
+        phases[self.name] = phases.get(self.name, 0.0) + seconds
