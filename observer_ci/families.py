@@ -115,8 +115,10 @@ def name_families(families: list[Family]) -> list[Family]:
             name = ROLE_DECODER
         elif not cache_absent and any(any(_is_cache(n) for n in f.absent) for f in families):
             name = ROLE_DECODER_WITH_PAST
+        elif family.absent:
+            name = f"{ROLE_SINGLE}_without_{family.absent[0]}"
         else:
-            name = f"{ROLE_SINGLE}_{k}"
+            name = ROLE_SINGLE if k == 0 else f"{ROLE_SINGLE}_{k}"
         while name in taken:
             name = f"{name}_{k}"
         taken.add(name)

@@ -18,7 +18,7 @@ import torch
 
 from observer_ci import registry
 from observer_ci.environment import environment_fingerprint
-from observer_ci.errors import ANSI_ESCAPE, error_headline, error_tail, traceback_tail
+from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
 from observer_ci.families import (
     ROLE_SINGLE,
@@ -358,16 +358,7 @@ class _FamilyServer:
                 call_numbers=family.indices,
             )
         if not graph.export.ok:
-            return graph, {
-                i: ObservationResult(
-                    index=i,
-                    ok=False,
-                    family=family.name,
-                    error=f"graph {family.name} could not be exported: "
-                    f"{error_headline(graph.export.error)}",
-                )
-                for i in family.indices
-            }
+            return graph, {}  # the graph entry holds the error and the calls it would serve
         try:
             session = make_session(graph.export.onnx_path)
         except Exception as e:
