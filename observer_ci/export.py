@@ -134,6 +134,8 @@ def _error_key(error: str) -> str:
 
 def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:
     args, kwargs = (inputs, None) if isinstance(inputs, tuple) else ((), inputs)
+    if isinstance(inputs, tuple) and any(isinstance(a, dict) for a in inputs):
+        args, kwargs, dynamic_shapes = _dicts_by_name(module, inputs, dynamic_shapes)
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), torch.no_grad():
         return torch.onnx.export(
@@ -146,6 +148,30 @@ def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset
             external_data=False,
             verbose=False,
         )
+
+
+def _dicts_by_name(
+    module: torch.nn.Module, args: tuple[Any, ...], dynamic_shapes: Any
+) -> tuple[tuple[Any, ...], dict[str, Any] | None, Any]:
+    """Positional arguments as keyword arguments when one is a dict.
+
+    ``torch.onnx.export`` reads a trailing dict in ``args`` as keyword arguments
+    (``missing a required argument: 'batch'``); passing every argument by its parameter
+    name keeps the dict the value of its parameter.
+    """
+    params = [
+        p.name
+        for p in inspect.signature(module.forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(args) > len(params) or any(
+        p.kind == p.POSITIONAL_ONLY for p in inspect.signature(module.forward).parameters.values()
+    ):
+        return args, None, dynamic_shapes
+    kwargs = dict(zip(params, args))
+    if isinstance(dynamic_shapes, (tuple, list)):
+        dynamic_shapes = dict(zip(params, dynamic_shapes))
+    return (), kwargs, dynamic_shapes
 
 
 def _needs_external_data(program: Any) -> bool:
