@@ -110,7 +110,9 @@ def run_script(
             progress(f"{script} raised {type(e).__name__}: {e}")
     script_seconds = time.perf_counter() - begin
     entries = registry.take_registered()
-    models = [process_model(entry, out_dir, config=config, progress=progress) for entry in entries]
+    models = [
+        _process_safely(entry, out_dir, config=config, progress=progress) for entry in entries
+    ]
     for m in models:
         m.phase_seconds["script"] = script_seconds
     if failure is not None:
@@ -126,6 +128,24 @@ def run_script(
             )
         )
     return models
+
+
+def _process_safely(
+    entry: registry.ObservedModel, out_dir: Path, *, config: RunConfig, progress: Progress
+) -> ModelResult:
+    """``process_model`` whose unexpected errors become a result row (never a crash)."""
+    try:
+        return process_model(entry, out_dir, config=config, progress=progress)
+    except Exception as e:
+        progress(f"{entry.name}: cannot be processed: {type(e).__name__}: {e}")
+        return ModelResult(
+            name=entry.name,
+            script=entry.script,
+            status=STATUS_OBSERVE_FAILED,
+            method_name=entry.method_name,
+            error=f"observer-ci could not process this model ({traceback_tail(e, 6)}); "
+            "observe it with observer_ci.observe(model, name=...) or report the problem",
+        )
 
 
 def script_traceback(exc: BaseException, script: str, max_frames: int = 12) -> str:
