@@ -33,11 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=int, default=10, help="timed runs (median reported)")
     run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
     run.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="accepted for symmetry with `action`: `run` never posts anything",
-    )
-    run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
     )
 

@@ -60,7 +60,9 @@ def flatten_outputs(value: Any) -> list[torch.Tensor | np.ndarray]:
     return [t for t in leaves if isinstance(t, (torch.Tensor, np.ndarray))]
 
 
-def _to_numpy(t: torch.Tensor | np.ndarray) -> np.ndarray:
+def comparable_array(t: torch.Tensor | np.ndarray) -> np.ndarray:
+    """An array to compare values with: bfloat16 is widened to float32 (exact), since
+    numpy has no bfloat16. Feeding onnxruntime is another matter: see ``replay.feed_array``."""
     if isinstance(t, np.ndarray):
         return t
     t = t.detach().cpu()
@@ -81,8 +83,8 @@ def max_diff(
     diff.dev = sum(
         isinstance(e, torch.Tensor) and e.device.type != "cpu" for e in expected
     )
-    expected = [_to_numpy(e) if not isinstance(e, np.ndarray) else e for e in expected]
-    got = [_to_numpy(g) if not isinstance(g, np.ndarray) else g for g in got]
+    expected = [comparable_array(e) for e in expected]
+    got = [comparable_array(g) for g in got]
     got = _drop_trailing_empty(expected, got)
     if len(expected) != len(got):
         diff.errors.append(f"output count differs: expected {len(expected)}, got {len(got)}")

@@ -6,18 +6,20 @@ report puts on its first line. HTTP details live in :mod:`observer_ci.github_cli
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from observer_ci.constants import MARKER
+from observer_ci.constants import GITHUB_COMMENT_MAX_CHARS, MARKER
 from observer_ci.github_client import GitHubClient, GitHubError
+from observer_ci.logs import logger
+from observer_ci.settings import Settings
+from observer_ci.workflow import command
 
+# After a 422 (body too long by GitHub's count) the report is rendered once more, shorter.
+FALLBACK_COMMENT_MAX_CHARS = 60000
 _REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?/[A-Za-z0-9._-]+$")
 
 
@@ -68,38 +70,6 @@ def select_sticky_comment(comments: Iterable[dict], marker: str = MARKER) -> dic
         if best_key is None or key > best_key:
             best, best_key = comment, key
     return best
-
-
-def pr_number_from_event(event_path: str | os.PathLike[str] | None) -> int | None:
-    """PR number from the ``GITHUB_EVENT_PATH`` JSON payload, or None when not a PR event.
-
-    Uses ``pull_request.number``, else ``issue.number`` when that issue is a pull
-    request (``issue_comment`` events). A missing path or file gives None; a file
-    that is not JSON raises ValueError.
-    """
-    if not event_path:
-        return None
-    path = Path(event_path)
-    if not path.is_file():
-        return None
-    try:
-        event = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"GitHub event file {path} is not valid JSON: {exc}") from exc
-    return pr_number_from_payload(event)
-
-
-def pr_number_from_payload(event: Any) -> int | None:
-    """PR number from an already decoded event payload (see :func:`pr_number_from_event`)."""
-    if not isinstance(event, dict):
-        return None
-    pull_request = event.get("pull_request")
-    if isinstance(pull_request, dict):
-        return _positive_int(pull_request.get("number"))
-    issue = event.get("issue")
-    if isinstance(issue, dict) and issue.get("pull_request"):
-        return _positive_int(issue.get("number"))
-    return None
 
 
 def repo_from_env(value: str | None) -> tuple[str, str]:
@@ -163,6 +133,61 @@ def _upsert_once(
     return _result("created", client.post_json(path, {"body": body}))
 
 
+# -- posting the report -----------------------------------------------------------
+
+RenderReport = Callable[[int], str]  # max_chars -> report body
+
+
+def post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
+    """Posts or updates the sticky comment; returns the step outputs ``comment`` (and
+    ``comment_url``). Any failure is a warning, never a lost result."""
+    if not settings.comment:
+        return {"comment": "disabled"}
+    if settings.dry_run:
+        logger.info("dry run: not posting")
+        return {"comment": "dry-run"}
+    if settings.event.warning:
+        command("warning", f"{settings.event.warning}: no comment posted")
+        return {"comment": "failed"}
+    if settings.pr_number is None:
+        logger.info("not a pull request event: no comment")
+        return {"comment": "not-a-pull-request"}
+    if not settings.token:
+        command("warning", "no token: the report is in the job summary only")
+        return {"comment": "no-token"}
+    try:
+        posted = _upsert_fitting(settings, settings.pr_number, render)
+    except GitHubError as e:
+        kind = "forbidden" if e.status == 403 else "failed"
+        hint = " (a pull request from a fork gets a read-only token)" if e.status == 403 else ""
+        command(
+            "warning",
+            f"could not post the PR comment{hint}: {e}; "
+            "the report is in the job summary and report.md",
+        )
+        return {"comment": kind}
+    except Exception as e:  # a failed post must never hide the results already written
+        command("warning", f"could not post: {type(e).__name__}: {e}")
+        return {"comment": "failed"}
+    logger.info("comment %s: %s", posted.action, posted.html_url)
+    return {"comment": posted.action, "comment_url": posted.html_url}
+
+
+def _upsert_fitting(settings: Settings, pr: int, render: RenderReport) -> PostResult:
+    """Posts the report; on 422 (too long by GitHub's count) once more, clearly shorter."""
+    owner, repo = repo_from_env(settings.repository)
+    client = GitHubClient(settings.github_api_url, settings.token)
+    body = render(GITHUB_COMMENT_MAX_CHARS)
+    try:
+        return upsert_sticky_comment(client, owner, repo, pr, body)
+    except GitHubError as e:
+        if e.status != 422:
+            raise
+        logger.info("comment rejected (%s); retrying with a shorter report", e.message)
+    body = render(min(FALLBACK_COMMENT_MAX_CHARS, len(body) * 3 // 4))
+    return upsert_sticky_comment(client, owner, repo, pr, body)
+
+
 # -- internals --------------------------------------------------------------------
 
 
@@ -175,14 +200,6 @@ def _result(action: Literal["created", "updated"], data: Any) -> PostResult:
         raise GitHubError(f"unexpected response when the comment was {action}: {data!r:.200}")
     html_url = str(data.get("html_url") or "")
     return PostResult(action=action, comment_id=int(data["id"]), html_url=html_url)
-
-
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def _int_or_zero(value: Any) -> int:

@@ -20,6 +20,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from observer_ci import structure
+from observer_ci.results import InputInfo
 
 DYNAMIC = torch.export.Dim.DYNAMIC
 
@@ -71,16 +72,6 @@ class _Layout:
 
     def slot_of_leaf(self) -> list[_Slot]:
         return [s for s in self.slots for _ in range(s.n_leaves)]
-
-
-@dataclass
-class InputSummary:
-    """What was seen for one flattened input."""
-
-    name: str
-    dtype: str | None
-    shapes: list[list[int] | None]
-    dynamic_dims: list[int]
 
 
 class InputObserver:
@@ -580,7 +571,7 @@ class InputObserver:
         """Names of the flattened inputs, in export order."""
         return self._layout().leaf_names
 
-    def input_summaries(self, set_batch_dimension_for: Any = None) -> list[InputSummary]:
+    def input_summaries(self, set_batch_dimension_for: Any = None) -> list[InputInfo]:
         """Per flattened input: dtype, shape in each call, dynamic dims."""
         layout = self._layout()
         dynamic = self.dynamic_dims(set_batch_dimension_for)
@@ -588,7 +579,7 @@ class InputObserver:
         for j, name in enumerate(layout.leaf_names):
             shapes = [None if f[j] is None else list(f[j].shape) for f in layout.flat]
             dtype = next((str(f[j].dtype) for f in layout.flat if f[j] is not None), None)
-            summaries.append(InputSummary(name, dtype, shapes, dynamic[j]))
+            summaries.append(InputInfo(name, dtype, shapes, dynamic[j]))
         return summaries
 
     def check_discrepancies(

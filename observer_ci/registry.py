@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from observer_ci.observer import InputObserver
@@ -20,7 +20,6 @@ class ObservedModel:
     method_name: str = "forward"
     set_batch_dimension_for: Any = None
     script: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 _REGISTRY: list[ObservedModel] = []

@@ -38,10 +38,15 @@ def make_session(onnx_model: str | onnx.ModelProto, threads: int | None = None):
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
-def to_numpy(t: torch.Tensor) -> np.ndarray:
+def feed_array(t: torch.Tensor) -> np.ndarray:
+    """An onnxruntime feed with the tensor's exact dtype. bfloat16 cannot be widened here
+    (the graph expects bfloat16) and numpy has no such dtype, so it is refused clearly."""
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
-        raise FeedError("bfloat16 inputs cannot be fed to onnxruntime through numpy")
+        raise FeedError(
+            "bfloat16 inputs cannot be fed to onnxruntime through numpy (and its CPU kernels "
+            "mostly lack bfloat16): observe the model in float32 or float16 to check it"
+        )
     return t.contiguous().numpy()
 
 
@@ -57,7 +62,7 @@ def match_feeds(
     unused = [n for n in names if n not in set(onnx_inputs)]
     for n in onnx_inputs:
         if n in by_name:
-            feeds[n] = to_numpy(by_name[n])
+            feeds[n] = feed_array(by_name[n])
     if unmatched_onnx:
         if len(unmatched_onnx) != len(unused):
             raise FeedError(
@@ -65,7 +70,7 @@ def match_feeds(
                 f"unmatched observed inputs: {unused[:5]}"
             )
         for onnx_name, name in zip(unmatched_onnx, unused):
-            feeds[onnx_name] = to_numpy(by_name[name])
+            feeds[onnx_name] = feed_array(by_name[name])
     return feeds
 
 

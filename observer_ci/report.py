@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from observer_ci.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
 from observer_ci.constants import MARKER
 from observer_ci.escape import code_block, escape_cell
@@ -30,7 +28,7 @@ from observer_ci.results import (
     ProbeResult,
     RunResults,
 )
-from observer_ci.rules import Regression, worst_error
+from observer_ci.rules import RULES_BY_NAME, Regression, worst_error
 
 TRUNCATION_NOTE = (
     "Report truncated to fit GitHub's 65,536-character limit; "
@@ -148,6 +146,8 @@ def _table(header: list[str], rows: list[list[Any]], max_chars: int = _MAX_MESSA
     """A pipe table of raw values; every cell (and header) is escaped here."""
     cols = [escape_cell(h, newline=" ") for h in header]
     body = [[escape_cell(cell, max_chars) for cell in row] for row in rows]
+    import pandas as pd  # noqa: PLC0415 - rendering only; the report helper replaces it
+
     frame = pd.DataFrame(body, columns=cols, dtype=object)
     return _compact(frame.to_markdown(index=False, disable_numparse=True))
 
@@ -178,7 +178,8 @@ def _plural(n: int, word: str) -> str:
 def _value(rule: str, value: float | str | None) -> str:
     if isinstance(value, str) or value is None:
         return NONE if value is None else value
-    if rule == "latency_ratio":
+    definition = RULES_BY_NAME.get(rule)
+    if definition is not None and definition.unit == "seconds":
         return format_seconds(value)
     return format_float(value)
 

@@ -96,6 +96,15 @@ class ProbeResult:
     abs: float | None = None
     rel: float | None = None
 
+    @property
+    def state(self) -> str:
+        """``not run``, ``success``, ``failed`` or ``exceeded tolerance``."""
+        if not self.ran:
+            return "not run"
+        if self.success:
+            return "success"
+        return "exceeded tolerance" if self.ok else "failed"
+
 
 @dataclass
 class GraphResult:
@@ -126,14 +135,6 @@ class ModelResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # hints for the reader (training mode, ...)
     graphs: list[GraphResult] = field(default_factory=list)  # one per call family; [0] = export
-
-    @property
-    def max_abs(self) -> float | None:
-        return max_or_none(o.abs for o in self.observations)
-
-    @property
-    def max_rel(self) -> float | None:
-        return max_or_none(o.rel for o in self.observations)
 
     @property
     def median_ort_latency_s(self) -> float | None:

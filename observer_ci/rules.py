@@ -27,26 +27,35 @@ from observer_ci.results import (
     max_or_none,
 )
 
-RULES: tuple[str, ...] = (
-    "script_failed",
-    "export_failed",
-    "ort_failed",
-    "discrepancy",
-    "abs_growth",
-    "rel_growth",
-    "dynamic_dim_lost",
-    "latency_ratio",
-    "node_count_growth",
-    "probe_failed",
-    "model_missing",
-)
 
-# Latency and node count only warn by default: shared CI machines are noisy.
-DEFAULT_FAIL_ON: frozenset[str] = frozenset(RULES) - {
-    "latency_ratio",
-    "node_count_growth",
-    "model_missing",
-}
+@dataclass(frozen=True)
+class Rule:
+    """A regression rule: its name (for ``fail_on``), the unit of the values it compares,
+    whether it fails the build by default, and what trips it (legend and help text)."""
+
+    name: str
+    unit: str  # "status", "error", "ratio", "seconds", "count", "dim" or "state"
+    gates_by_default: bool
+    trips_when: str
+
+
+RULE_TABLE: tuple[Rule, ...] = (
+    Rule("script_failed", "status", True, "an observation script (or install) failed"),
+    Rule("export_failed", "status", True, "argument inference or torch.onnx.export failed"),
+    Rule("ort_failed", "status", True, "onnxruntime failed on an observed call"),
+    Rule("discrepancy", "error", True, "worst abs/rel error over abs_max/rel_max"),
+    Rule("abs_growth", "error", True, "worst abs error grew by more than abs_growth vs base"),
+    Rule("rel_growth", "error", True, "worst rel error grew by more than rel_growth vs base"),
+    Rule("dynamic_dim_lost", "dim", True, "a dim dynamic in base is static in head"),
+    # Latency and node count only warn by default: shared CI machines are noisy.
+    Rule("latency_ratio", "seconds", False, "ORT median latency over latency_ratio_max x base"),
+    Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
+    Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
+    Rule("model_missing", "status", False, "a model present in base is missing from head"),
+)
+RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULE_TABLE}
+RULES: tuple[str, ...] = tuple(RULES_BY_NAME)
+DEFAULT_FAIL_ON: frozenset[str] = frozenset(r.name for r in RULE_TABLE if r.gates_by_default)
 
 GROWTH_FLOOR = 1e-7  # base values at or below this are noise: growth rules defer to abs_max
 STILL_FAILING = "still failing"
@@ -394,23 +403,15 @@ def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Re
     probe = head.probe
     if probe is None or not probe.ran or probe.success:
         return None
-    state = "failed" if not probe.ok else "exceeded tolerance"
+    state = probe.state
     detail = error_headline(probe.error)
     message = f"unseen-shape probe {state}" + (f": {detail}" if detail else "")
     old = base.probe if base is not None else None
     preexisting = old is not None and old.ran and not old.success
-    base_value = None if old is None else _probe_state(old)
+    base_value = None if old is None else old.state
     if preexisting:
         message = f"{STILL_FAILING}: {message}"
     return _reg(head, "probe_failed", message, base_value, state, fail_on, preexisting=preexisting)
-
-
-def _probe_state(probe) -> str:
-    if not probe.ran:
-        return "not run"
-    if probe.success:
-        return "success"
-    return "failed" if not probe.ok else "exceeded tolerance"
 
 
 def _missing(base: ModelResult, fail_on: set[str]) -> Regression:

@@ -28,6 +28,7 @@ from observer_ci.families import (
     split_family,
     stand_ins,
 )
+from observer_ci.logs import progress as progress_line
 from observer_ci.observer import InputObserver
 from observer_ci.probe import run_probe
 from observer_ci.pytrees import register_model_output_keys
@@ -40,7 +41,6 @@ from observer_ci.results import (
     STATUS_ORT_FAILED,
     STATUS_SCRIPT_FAILED,
     GraphResult,
-    InputInfo,
     ModelResult,
     ObservationResult,
     ProbeResult,
@@ -62,17 +62,13 @@ class RunConfig:
     probe: bool = True
 
 
-def stderr_progress(message: str) -> None:
-    print(f"[observer-ci] {message}", file=sys.stderr, flush=True)
-
-
 def run_scripts(
     scripts: Sequence[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str],
     *,
     config: RunConfig | None = None,
     label: str = "head",
-    progress: Progress = stderr_progress,
+    progress: Progress = progress_line,
 ) -> RunResults:
     """Runs every script and checks every model it observed. Never raises for bad input."""
     config = config or RunConfig()
@@ -88,7 +84,7 @@ def run_scripts(
 
 
 def run_script(
-    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = stderr_progress
+    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = progress_line
 ) -> list[ModelResult]:
     """Executes one observation script, then processes what it registered."""
     progress(f"running {script}")
@@ -216,7 +212,7 @@ def process_model(
     out_dir: Path,
     *,
     config: RunConfig,
-    progress: Progress = stderr_progress,
+    progress: Progress = progress_line,
 ) -> ModelResult:
     """Infer, export, replay in onnxruntime, probe unseen shapes: one ModelResult."""
     obs = entry.observer
@@ -232,10 +228,7 @@ def process_model(
     register_model_output_keys()  # ModelOutput classes first used during the script
     with phase("infer"):
         try:
-            result.inputs = [
-                InputInfo(s.name, s.dtype, s.shapes, s.dynamic_dims)
-                for s in obs.input_summaries(entry.set_batch_dimension_for)
-            ]
+            result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
             result.dynamic_shapes = repr(obs.infer_dynamic_shapes(entry.set_batch_dimension_for))
         except Exception as e:
             result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)

@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from observer_ci.action import FALLBACK_COMMENT_LIMIT
+from observer_ci.github import FALLBACK_COMMENT_MAX_CHARS as FALLBACK_COMMENT_LIMIT
 from observer_ci.github import MARKER
 from observer_ci.report import GITHUB_MAX_CHARS, TRUNCATION_NOTE, render_report
 from observer_ci.results import ModelResult, RunResults

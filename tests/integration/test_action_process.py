@@ -2,9 +2,9 @@
 
 import time
 
-from observer_ci.action import run_scripts_subprocess
 from observer_ci.results import STATUS_SCRIPT_FAILED
 from observer_ci.settings import Settings
+from observer_ci.workspace import run_scripts_subprocess
 
 
 def settings(tmp_path, **kwargs) -> Settings:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from observer_ci.action import render_cut, workflow_escape
 from observer_ci.cli import expand_scripts, main
 from observer_ci.results import (
     ExportResult,
@@ -13,7 +12,9 @@ from observer_ci.results import (
     ObservationResult,
     RunResults,
 )
+from observer_ci.rules import RULES
 from observer_ci.settings import Settings, SettingsError
+from observer_ci.workflow import render_cut, workflow_escape
 
 
 def results(label: str, abs_: float, nodes: int = 10, name: str = "m") -> RunResults:
@@ -103,7 +104,7 @@ def test_settings_from_env_parses_inputs_and_hides_the_token():
     }
     s = Settings.from_env(env)
     assert s.scripts == ["observe/a.py", "observe/b c.py"]
-    assert s.comment is False and s.fail_on == "all" and s.repeat == 3
+    assert s.comment is False and s.fail_on == frozenset(RULES) and s.repeat == 3
     assert s.github_api_url == "http://127.0.0.1:1"
     assert s.run_url == "https://github.com/octo/models/actions/runs/42"
     assert "ghs_secret" not in repr(s)
@@ -115,6 +116,11 @@ def test_settings_from_env_parses_inputs_and_hides_the_token():
         ({}, "input 'script' is required"),
         ({"INPUT_SCRIPT": "a.py", "INPUT_COMMENT": "maybe"}, "'comment' must be true or false"),
         ({"INPUT_SCRIPT": "a.py", "INPUT_REPEAT": "ten"}, "'repeat' must be an integer"),
+        ({"INPUT_SCRIPT": "a.py", "INPUT_TIMEOUT_MINUTES": "inf"}, "'timeout_minutes' must be"),
+        ({"INPUT_SCRIPT": "a.py", "INPUT_TIMEOUT_MINUTES": "1e9"}, "'timeout_minutes' must be"),
+        ({"INPUT_SCRIPT": "a.py", "INPUT_TIMEOUT_MINUTES": "nan"}, "'timeout_minutes' must be"),
+        ({"INPUT_SCRIPT": "a.py", "INPUT_THRESHOLDS": "abs_max=x"}, "is not a number"),
+        ({"INPUT_SCRIPT": "a.py", "INPUT_FAIL_ON": "bogus"}, "unknown fail-on rule"),
     ],
 )
 def test_settings_errors_are_clear(env, message):

@@ -12,12 +12,11 @@ from observer_ci.github import (
     PostResult,
     ensure_marker,
     marker_rank,
-    pr_number_from_event,
-    pr_number_from_payload,
     repo_from_env,
     select_sticky_comment,
 )
 from observer_ci.github_client import GitHubClient, GitHubError, rate_limit_delay
+from observer_ci.settings import event_facts, read_event
 
 # -- event parsing ------------------------------------------------------------------
 
@@ -43,26 +42,38 @@ def _write_event(tmp_path: Path, payload: object) -> Path:
     ],
 )
 def test_pr_number_from_event(tmp_path: Path, payload: object, expected: int | None) -> None:
-    assert pr_number_from_event(_write_event(tmp_path, payload)) == expected
-    assert pr_number_from_event(str(_write_event(tmp_path, payload))) == expected
+    assert read_event(str(_write_event(tmp_path, payload))).pr_number == expected
+    assert event_facts(payload).pr_number == expected
 
 
-def test_pr_number_from_event_without_event(tmp_path: Path) -> None:
-    assert pr_number_from_event(None) is None
-    assert pr_number_from_event("") is None
-    assert pr_number_from_event(tmp_path / "missing.json") is None
+def test_event_shas_are_read_with_the_pr_number(tmp_path: Path) -> None:
+    payload = {"pull_request": {"number": 5, "base": {"sha": "b" * 40}, "head": {"sha": "h" * 40}}}
+    facts = read_event(str(_write_event(tmp_path, payload)))
+    assert (facts.pr_number, facts.base_sha, facts.head_sha) == (5, "b" * 40, "h" * 40)
+    assert facts.warning is None
 
 
-def test_pr_number_from_event_rejects_invalid_json(tmp_path: Path) -> None:
+def test_no_event_file_configured_is_not_a_warning() -> None:
+    assert read_event(None).pr_number is None and read_event(None).warning is None
+    assert read_event("").warning is None
+
+
+def test_a_missing_event_file_is_a_warning(tmp_path: Path) -> None:
+    facts = read_event(str(tmp_path / "missing.json"))
+    assert facts.pr_number is None
+    assert "does not exist" in facts.warning
+
+
+def test_an_invalid_event_file_is_a_warning_not_an_error(tmp_path: Path) -> None:
     path = tmp_path / "event.json"
     path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match="not valid JSON"):
-        pr_number_from_event(path)
+    facts = read_event(str(path))
+    assert facts.pr_number is None and "unreadable" in facts.warning
 
 
-def test_pr_number_from_payload_prefers_pull_request() -> None:
+def test_event_facts_prefer_pull_request() -> None:
     event = {"pull_request": {"number": 3}, "issue": {"number": 9, "pull_request": {}}}
-    assert pr_number_from_payload(event) == 3
+    assert event_facts(event).pr_number == 3
 
 
 # -- repository parsing -------------------------------------------------------------

@@ -10,6 +10,7 @@ from observer_ci.results import (
     ObservationResult,
     RunResults,
 )
+from observer_ci.rules import worst_error
 
 EXPORT_ERROR = """TorchExportError: Failed to export the model with torch.export. This is step 1/3.
 - Modify the model code.
@@ -43,7 +44,8 @@ def test_nan_is_never_hidden_by_a_smaller_error():
             ObservationResult(index=1, ok=True, abs=math.nan),
         ],
     )
-    assert math.isnan(model.max_abs)
+    assert math.isnan(worst_error(model, "abs"))
+    assert worst_error(model, "rel") is None
 
 
 def test_json_round_trip_keeps_nan_inf_and_notes(tmp_path):

@@ -1,0 +1,46 @@
+"""The torch-free side of the process boundary stays torch-free (and pandas-free).
+
+Each check runs in a fresh interpreter: the modules the action's parent process, ``compare``,
+``merge`` and the rules need must not pull in torch, pandas or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "pandas", "transformers", "onnxruntime")
+
+
+def loaded_after(code: str) -> dict[str, bool]:
+    report = f"print(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))"
+    probe = f"import sys\n{code}\nimport json\n{report}"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import observer_ci",
+        "import observer_ci.action",
+        "import observer_ci.cli",
+        "import observer_ci.rules, observer_ci.merge, observer_ci.settings",
+        "import observer_ci.github, observer_ci.workflow, observer_ci.workspace",
+    ],
+)
+def test_torch_free_modules_import_nothing_heavy(code):
+    loaded = loaded_after(code)
+    assert not any(loaded.values()), f"{code!r} imported {[m for m, v in loaded.items() if v]}"
+
+
+def test_report_rendering_does_not_import_torch():
+    assert loaded_after("import observer_ci.report")["torch"] is False
+
+
+def test_the_observer_is_still_reachable_from_the_package():
+    loaded = loaded_after("import observer_ci\nobserver_ci.InputObserver")
+    assert loaded["torch"] is True
