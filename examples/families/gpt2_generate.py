@@ -1,8 +1,8 @@
 """Observation script: ``generate()`` of a tiny random GPT-2 (a second decoder-only family).
 
-Two prompts of different batch and length; the prefill of each has an empty
-``DynamicCache`` (fed as 0-length tensors), the decode steps a growing one. One graph
-serves every call; the prefill is the export sample (sequence length >= 2).
+The prefill has an empty ``DynamicCache`` (fed as 0-length tensors), the decode steps a
+growing one. One graph serves every call; the prefill is the export sample (sequence
+length >= 2): decode calls (sequence length 1) are not tried first.
 """
 
 import torch
@@ -16,13 +16,14 @@ config = GPT2Config(
 )
 torch.manual_seed(0)
 model = GPT2LMHeadModel(config).eval()
-with torch.no_grad(), observer_ci.observe(model, name="tiny_gpt2", store_n_calls=8):
-    for batch, length in ((2, 5), (3, 7)):
-        input_ids = torch.randint(2, 256, (batch, length))
-        model.generate(
-            input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=4,
-            min_new_tokens=4,
-            do_sample=False,
-        )
+with torch.no_grad(), observer_ci.observe(
+    model, name="tiny_gpt2", store_n_calls=4, set_batch_dimension_for=True
+):
+    input_ids = torch.randint(2, 256, (2, 5))
+    model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        max_new_tokens=4,
+        min_new_tokens=4,
+        do_sample=False,
+    )
