@@ -160,3 +160,29 @@ def test_plain_model_does_not_import_transformers(monkeypatch):
     assert obs.infer_dynamic_shapes() == ({0: torch.export.Dim.DYNAMIC},)
     assert register_transformers_pytrees() == [] and register_model_output_keys() == []
     assert "transformers" not in sys.modules
+
+
+@pytest.fixture(scope="module")
+def signatures(tmp_path_factory):
+    scripts = ("args_kwargs.py", "torch_observer.py")
+    return run(tmp_path_factory, *(FAMILIES / s for s in scripts))
+
+
+NEEDS_OBSERVER_PARITY = pytest.mark.xfail(
+    reason="needs the observer's *args/**kwargs shapes and adoption of torch.onnx.InputObserver "
+    "(helper i12a, not merged on this branch yet)",
+    strict=False,
+)
+
+
+@NEEDS_OBSERVER_PARITY
+@pytest.mark.parametrize("name", ["star_args", "star_kwargs", "torch_input_observer"])
+def test_signature_families(signatures, name):
+    assert_served_and_probed(signatures[name])
+
+
+def test_unprocessable_observer_is_a_row_not_a_crash(signatures):
+    # whatever the observer work brings, the runner returns a row for every registration
+    assert set(signatures) == {"star_args", "star_kwargs", "torch_input_observer"}
+    for model in signatures.values():
+        assert model.status == STATUS_OK or model.error, model
