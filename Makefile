@@ -23,3 +23,4 @@ test: install-test
 bench: install
 	$(PYTHON) benchmarks/bench_observer.py
 	$(PYTHON) benchmarks/bench_pipeline.py
+	$(PYTHON) benchmarks/image_size.py

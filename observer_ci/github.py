@@ -43,6 +43,24 @@ def marker_rank(body: str | None, marker: str = MARKER) -> int:
     return 2 if first_line.startswith(marker) else 1
 
 
+def marker_for(key: str = "") -> str:
+    """The marker of the sticky comment with ``comment_key`` ``key`` (``""``: the default).
+
+    Keys are validated by the settings (:data:`observer_ci.settings.KEY_RE`), so they
+    cannot close the HTML comment; two keys never match each other's marker.
+    """
+    if not key:
+        return MARKER
+    return MARKER.replace(" -->", f" key={key} -->")
+
+
+def with_marker(body: str, marker: str) -> str:
+    """``body`` (a report, which starts with the default marker) with ``marker`` first."""
+    if body.startswith(MARKER + "\n"):
+        return marker + body[len(MARKER) :]
+    return ensure_marker(body, marker)
+
+
 def ensure_marker(body: str, marker: str = MARKER) -> str:
     """Return ``body`` with the marker on its first line unless it already carries it."""
     if marker in body:
@@ -139,9 +157,16 @@ RenderReport = Callable[[int], str]  # max_chars -> report body
 
 
 def post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
-    """Posts or updates the sticky comment; returns the step outputs ``comment`` (and
-    ``comment_url``). Any failure is a warning, never a lost result."""
-    if not settings.comment:
+    """Posts or updates the sticky comment; returns the step outputs ``comment_status``
+    (and ``comment_url``). Any failure is a warning, never a lost result."""
+    return {
+        ("comment_status" if k == "comment" else k): v
+        for k, v in _post_report(settings, render).items()
+    }
+
+
+def _post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
+    if not settings.post_comment:
         return {"comment": "disabled"}
     if settings.dry_run:
         logger.info("dry run: not posting")
@@ -159,7 +184,12 @@ def post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
         posted = _upsert_fitting(settings, settings.pr_number, render)
     except GitHubError as e:
         kind = "forbidden" if e.status == 403 else "failed"
-        hint = " (a pull request from a fork gets a read-only token)" if e.status == 403 else ""
+        hint = (
+            " (a pull request from a fork gets a read-only token: post from a workflow_run"
+            " job with mode: publish, see the README's two-step example)"
+            if e.status == 403
+            else ""
+        )
         command(
             "warning",
             f"could not post the PR comment{hint}: {e}; "
@@ -177,15 +207,17 @@ def _upsert_fitting(settings: Settings, pr: int, render: RenderReport) -> PostRe
     """Posts the report; on 422 (too long by GitHub's count) once more, clearly shorter."""
     owner, repo = repo_from_env(settings.repository)
     client = GitHubClient(settings.github_api_url, settings.token)
-    body = render(GITHUB_COMMENT_MAX_CHARS)
+    marker = marker_for(settings.sticky_key)
+    extra = len(marker) - len(MARKER)  # a keyed marker is longer than the rendered one
+    body = with_marker(render(GITHUB_COMMENT_MAX_CHARS - extra), marker)
     try:
-        return upsert_sticky_comment(client, owner, repo, pr, body)
+        return upsert_sticky_comment(client, owner, repo, pr, body, marker)
     except GitHubError as e:
         if e.status != 422:
             raise
         logger.info("comment rejected (%s); retrying with a shorter report", e.message)
-    body = render(min(FALLBACK_COMMENT_MAX_CHARS, len(body) * 3 // 4))
-    return upsert_sticky_comment(client, owner, repo, pr, body)
+    body = with_marker(render(min(FALLBACK_COMMENT_MAX_CHARS, len(body) * 3 // 4) - extra), marker)
+    return upsert_sticky_comment(client, owner, repo, pr, body, marker)
 
 
 # -- internals --------------------------------------------------------------------

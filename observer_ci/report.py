@@ -635,6 +635,7 @@ def write_report_files(
     *,
     run_url: str | None = None,
     write_results: bool = True,
+    title: str = "observer-ci",
 ) -> str:
     """Writes ``results.json`` first (and ``base-results.json``), then the full
     ``report.md``; returns the report. Called before anything is posted."""
@@ -643,6 +644,6 @@ def write_report_files(
         head.write(out / "results.json")
         if base is not None:
             base.write(out / "base-results.json")
-    report = render_report(head, regressions, base, max_chars=None, run_url=run_url)
+    report = render_report(head, regressions, base, max_chars=None, title=title, run_url=run_url)
     (out / "report.md").write_text(report, encoding="utf-8")
     return report

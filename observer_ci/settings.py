@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,13 @@ TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
 # Longest run a self-hosted runner allows (5 days); beyond it a timeout means "never".
 MAX_TIMEOUT_MINUTES = 7200.0
+MODE_RUN = "run"  # run the scripts, write results and the payload, post when allowed
+MODE_PUBLISH = "publish"  # post the payload(s) of earlier jobs (workflow_run, after a matrix)
+MODES = (MODE_RUN, MODE_PUBLISH)
+# A comment key or label goes into the sticky marker (an HTML comment): a plain word only.
+KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Inputs renamed (old name -> new name): the old names work until the next release.
+DEPRECATED_INPUTS = {"comment": "post_comment"}
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -46,6 +54,7 @@ class EventFacts:
     base_sha: str | None = None
     head_sha: str | None = None
     warning: str | None = None  # why the event could not be read, when it could not
+    workflow_run_id: str | None = None  # the run a ``workflow_run`` event follows
 
 
 def read_event(event_path: str | None) -> EventFacts:
@@ -74,6 +83,10 @@ def event_facts(payload: Any) -> EventFacts:
             base_sha=_sha(pull_request.get("base")),
             head_sha=_sha(pull_request.get("head")),
         )
+    workflow_run = payload.get("workflow_run")
+    if isinstance(workflow_run, dict):
+        run_id = _positive_int(workflow_run.get("id"))
+        return EventFacts(workflow_run_id=str(run_id) if run_id else None)
     issue = payload.get("issue")
     if isinstance(issue, dict) and issue.get("pull_request"):
         return EventFacts(pr_number=_positive_int(issue.get("number")))
@@ -102,7 +115,12 @@ class Settings:
     baseline: str = ""  # "", a results.json path, or "base" to run the base commit
     thresholds: Thresholds = field(default_factory=Thresholds)
     fail_on: frozenset[str] = DEFAULT_FAIL_ON
-    comment: bool = True
+    post_comment: bool = True
+    mode: str = MODE_RUN
+    label: str = ""  # the matrix leg, shown in the report title and the merged report
+    comment_key: str = ""  # separate sticky comments per workflow / subproject
+    payload_dir: str = ""  # "" is <out_dir>/payload
+    deprecations: tuple[str, ...] = ()
     token: str = field(default="", repr=False)
     out_dir: str = "observer-ci-out"
     dry_run: bool = False
@@ -124,11 +142,15 @@ class Settings:
         def get(name: str, default: str = "") -> str:
             return env.get(name, default) or default
 
+        mode = get("INPUT_MODE", MODE_RUN).strip().lower() or MODE_RUN
+        if mode not in MODES:
+            raise SettingsError(f"input 'mode' must be one of {', '.join(MODES)}, got {mode!r}")
         scripts = [s for s in shlex.split(get("INPUT_SCRIPT")) if s]
-        if not scripts:
+        if not scripts and mode == MODE_RUN:
             raise SettingsError(
                 "input 'script' is required: one or more observation scripts (globs allowed)"
             )
+        post_comment, deprecations = _post_comment(env)
         try:
             thresholds = parse_thresholds(get("INPUT_THRESHOLDS"))
             fail_on = frozenset(parse_fail_on(get("INPUT_FAIL_ON", "default")))
@@ -142,7 +164,12 @@ class Settings:
             baseline=get("INPUT_BASELINE").strip(),
             thresholds=thresholds,
             fail_on=fail_on,
-            comment=_bool("comment", env.get("INPUT_COMMENT"), True),
+            post_comment=post_comment,
+            mode=mode,
+            label=_key("label", get("INPUT_LABEL")),
+            comment_key=_key("comment_key", get("INPUT_COMMENT_KEY")),
+            payload_dir=get("INPUT_PAYLOAD_DIR").strip(),
+            deprecations=deprecations,
             token=get("INPUT_TOKEN") or get("GITHUB_TOKEN"),
             out_dir=get("INPUT_OUT", "observer-ci-out"),
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
@@ -179,6 +206,47 @@ class Settings:
     @property
     def timeout_seconds(self) -> float:
         return self.timeout_minutes * 60
+
+    @property
+    def payload_path(self) -> Path:
+        """Where run mode writes the payload and publish mode reads it."""
+        return Path(self.payload_dir or Path(self.out_dir) / "payload")
+
+    @property
+    def comment(self) -> bool:
+        """Deprecated name of :attr:`post_comment` (kept for one release)."""
+        return self.post_comment
+
+    @property
+    def sticky_key(self) -> str:
+        """The sticky comment this job owns: ``comment_key``, else the leg's ``label``."""
+        return self.comment_key or self.label
+
+
+def _post_comment(env: Mapping[str, str]) -> tuple[bool, tuple[str, ...]]:
+    """``post_comment``, or the deprecated ``comment`` when a workflow still sets it."""
+    old = (env.get("INPUT_COMMENT") or "").strip()
+    if old:
+        message = deprecation_message("comment")
+        return _bool("comment", old, True), (message,)
+    return _bool("post_comment", env.get("INPUT_POST_COMMENT"), True), ()
+
+
+def deprecation_message(old: str) -> str:
+    """The one warning text for a renamed input or output."""
+    return (
+        f"input '{old}' is deprecated and will be removed in the next release: "
+        f"use '{DEPRECATED_INPUTS[old]}'"
+    )
+
+
+def _key(name: str, text: str) -> str:
+    text = text.strip()
+    if text and not KEY_RE.match(text):
+        raise SettingsError(
+            f"input {name!r} must be 1-64 letters, digits, '.', '_' or '-', got {text!r}"
+        )
+    return text
 
 
 def _repeat(text: str) -> int:

@@ -197,7 +197,7 @@ def run_action(
         "INPUT_OUT": str(out),
         "INPUT_REPEAT": "2",
         "INPUT_FAIL_ON": "default",
-        "INPUT_COMMENT": "true",
+        "INPUT_POST_COMMENT": "true",
         **inputs,
     }
     before = len(gh.sent)

@@ -219,8 +219,7 @@ def test_dynamic_cache_pytree(model):
 
 @pytest.mark.transformers
 def test_export_names(exported):
-    program, sess, duration = exported
-    assert duration < 60
+    program, sess, _duration = exported  # speed lives in benchmarks/, not in tests
     assert [i.name for i in sess.get_inputs()] == INPUT_NAMES
     assert [o.name for o in sess.get_outputs()] == OUTPUT_NAMES
     shapes = {i.name: i.shape for i in sess.get_inputs()}

@@ -6,6 +6,8 @@ Emulated, with in-memory state:
 - ``POST  /repos/{owner}/{repo}/issues/{number}/comments`` (201)
 - ``PATCH /repos/{owner}/{repo}/issues/comments/{id}`` (200, 404 for unknown ids)
 - ``GET   /repos/{owner}/{repo}/issues/comments/{id}``
+- ``GET   /repos/{owner}/{repo}/actions/runs/{run_id}`` (seeded with :meth:`FakeGitHub.add_run`)
+- ``GET   /repos/{owner}/{repo}/pulls/{number}`` (seeded with :meth:`FakeGitHub.add_pull`)
 
 Every request needs ``Authorization: Bearer <token>`` (else 401). Faults queued
 with :meth:`FakeGitHub.inject` are served before normal handling. The server
@@ -43,6 +45,9 @@ _EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 _LIST_RE = re.compile(r"^/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/issues/(?P<number>\d+)/comments$")
 _ONE_RE = re.compile(r"^/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/issues/comments/(?P<id>\d+)$")
+
+_RUN_RE = re.compile(r"^/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/actions/runs/(?P<id>\d+)$")
+_PULL_RE = re.compile(r"^/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/pulls/(?P<number>\d+)$")
 
 _Key = tuple[str, str, int]
 
@@ -83,6 +88,8 @@ class FakeGitHub:
         self.host = host
         self._lock = threading.Lock()
         self._comments: dict[_Key, list[dict]] = {}
+        self._runs: dict[_Key, dict] = {}
+        self._pulls: dict[_Key, dict] = {}
         self._faults: list[_Fault] = []
         self._requests: list[RecordedRequest] = []
         self._request_headers: list[dict[str, str]] = []
@@ -181,6 +188,49 @@ class FakeGitHub:
             created = [self._create(owner, repo, pr, body_fn(i), login) for i in range(n)]
             return copy.deepcopy(created)
 
+    def add_run(
+        self,
+        owner: str,
+        repo: str,
+        run_id: int,
+        *,
+        head_sha: str,
+        head_repository: str | None = None,
+        pull_requests: tuple[int, ...] = (),
+        event: str = "pull_request",
+    ) -> dict:
+        """A workflow run as ``GET .../actions/runs/{id}`` returns it. GitHub lists no
+        ``pull_requests`` for a run of a pull request from a fork: leave them out then."""
+        head_repository = head_repository or f"{owner}/{repo}"
+        run = {
+            "id": int(run_id),
+            "event": event,
+            "head_sha": head_sha,
+            "head_repository": {"full_name": head_repository},
+            "repository": {"full_name": f"{owner}/{repo}"},
+            "pull_requests": [
+                {"number": n, "head": {"sha": head_sha}, "base": {"sha": "0" * 40}}
+                for n in pull_requests
+            ],
+        }
+        with self._lock:
+            self._runs[_key(owner, repo, run_id)] = run
+        return copy.deepcopy(run)
+
+    def add_pull(
+        self, owner: str, repo: str, number: int, *, head_sha: str, head_repository: str
+    ) -> dict:
+        """A pull request as ``GET .../pulls/{number}`` returns it (head commit and repo)."""
+        pull = {
+            "number": int(number),
+            "state": "open",
+            "head": {"sha": head_sha, "repo": {"full_name": head_repository}},
+            "base": {"repo": {"full_name": f"{owner}/{repo}"}},
+        }
+        with self._lock:
+            self._pulls[_key(owner, repo, number)] = pull
+        return copy.deepcopy(pull)
+
     def comments(self, owner: str, repo: str, pr: int) -> list[dict]:
         """A copy of the PR's comments, oldest first."""
         with self._lock:
@@ -240,6 +290,12 @@ class FakeGitHub:
                 return self._list(key, path, query)
             if method == "POST":
                 return self._post(key, data)
+        elif (match := _RUN_RE.match(path)) and method == "GET":
+            run = self._runs.get(_key(match["owner"], match["repo"], int(match["id"])))
+            return Reply(200, run) if run is not None else _error(404, "Not Found")
+        elif (match := _PULL_RE.match(path)) and method == "GET":
+            pull = self._pulls.get(_key(match["owner"], match["repo"], int(match["number"])))
+            return Reply(200, pull) if pull is not None else _error(404, "Not Found")
         elif match := _ONE_RE.match(path):
             comment = self._find(match["owner"], match["repo"], int(match["id"]))
             if comment is not None and method == "GET":
