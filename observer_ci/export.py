@@ -15,7 +15,7 @@ import torch
 
 from observer_ci.constants import DEFAULT_OPSET
 from observer_ci.errors import error_headline, error_tail
-from observer_ci.families import has_empty_form
+from observer_ci.families import has_empty_form, with_call_batch
 from observer_ci.observer import InputObserver
 from observer_ci.results import ExportResult
 
@@ -79,7 +79,7 @@ def export_observed(
     seen_errors: set[str] = set()
     for index in candidates:
         try:
-            program = _export_one(module, observer.infer_arguments(index), dynamic_shapes, opset)
+            program = _export_one(module, _sample(observer, index), dynamic_shapes, opset)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
             error = error_tail(e)
@@ -100,6 +100,16 @@ def export_observed(
         seconds=time.perf_counter() - begin,
         failed_samples=failures,
     )
+
+
+def _sample(observer: InputObserver, index: int) -> Any:
+    """One call's export arguments, stand-ins of the call's own batch."""
+    flat = observer.infer_arguments(index, flat=True)
+    fixed = with_call_batch(observer, index, flat, observer.dynamic_dims())
+    if all(a is b for a, b in zip(flat, fixed)):
+        return observer.infer_arguments(index)
+    args, kwargs = observer.call_arguments(fixed)
+    return args if args else kwargs
 
 
 def rank_candidates(observer: InputObserver, set_batch_dimension_for: Any = None) -> list[int]:

@@ -51,6 +51,29 @@ def stand_ins(
     return empty, made_up
 
 
+def with_call_batch(
+    observer: InputObserver, index: int, flat: list[Any], dynamic: list[list[int]]
+) -> list[Any]:
+    """Stand-ins resized to the call's own batch.
+
+    ``infer_arguments`` shapes a stand-in like the last call that passed the input (as the
+    reference observer does); a call of another batch size needs the stand-in of its own
+    (dim 0 of its present inputs whose dim 0 varied), or a cache concatenation fails.
+    """
+    observed = observer.aligned_inputs(index)
+    batches = {t.shape[0] for t, dims in zip(observed, dynamic) if t is not None and 0 in dims}
+    if len(batches) != 1:
+        return flat
+    batch = next(iter(batches))
+    out = list(flat)
+    for j, (t, dims) in enumerate(zip(observed, dynamic)):
+        stand_in = flat[j]
+        if t is None and 0 in dims and stand_in.dim() and stand_in.shape[0] != batch:
+            shape = (batch, *stand_in.shape[1:])
+            out[j] = stand_in.new_zeros(shape)
+    return out
+
+
 def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) -> list[Family]:
     """One family for every call a shared graph serves honestly, one per made-up pattern.
 

@@ -522,11 +522,6 @@ class InputObserver:
         self, leaves: list[torch.Tensor | None], layout: _Layout
     ) -> list[torch.Tensor]:
         filled: list[torch.Tensor] = []
-        # the call's own batch (dim 0 of its present inputs whose dim 0 varied), so that a
-        # stand-in matches the other inputs of the call rather than the last call seen
-        batches = {
-            t.shape[0] for t, dims in zip(leaves, layout.dynamic) if t is not None and 0 in dims
-        }
         for j, t in enumerate(leaves):
             if t is not None:
                 filled.append(t)
@@ -535,8 +530,6 @@ class InputObserver:
             model = seen[-1]
             dims = layout.dynamic[j]
             shape = list(model.shape)
-            if 0 in dims and len(batches) == 1:
-                shape[0] = next(iter(batches))
             if dims:
                 shape[max(dims)] = 0
                 filled.append(torch.empty(shape, dtype=model.dtype, device=model.device))

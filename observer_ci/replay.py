@@ -16,6 +16,7 @@ import torch
 from observer_ci import structure
 from observer_ci.diff import Diff, flatten_outputs, max_diff
 from observer_ci.errors import error_tail
+from observer_ci.families import with_call_batch
 from observer_ci.results import ObservationResult
 
 if TYPE_CHECKING:
@@ -152,6 +153,7 @@ def replay_observation(
     names = observer.leaf_names()
     try:
         flat = observer.infer_arguments(index, flat=True)
+        flat = with_call_batch(observer, index, flat, observer.dynamic_dims())
         row.inputs = structure.tensor_summary(dict(zip(names, flat)))
         feeds = match_feeds([i.name for i in session.get_inputs()], names, flat)
         replay.ort_outputs, row.ort_latency_s = run_ort(session, feeds, warmup, repeat)

