@@ -15,6 +15,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def main() -> None:
+    from observer_ci.results import max_or_none
     from observer_ci.run import RunConfig, run_scripts
 
     scripts = [Path(a) for a in sys.argv[1:]] or sorted(
@@ -36,7 +37,8 @@ def main() -> None:
             "ok" if probes and all(p.ran and p.success for p in probes)
             else "; ".join(p.reason or p.error or "failed" for p in probes) or "-"
         )
-        max_abs = f"{m.max_abs:.1e}" if m.max_abs is not None else "-"
+        worst = max_or_none(o.abs for o in m.observations)
+        max_abs = f"{worst:.1e}" if worst is not None else "-"
         status = m.status if m.status == "ok" else f"{m.status}: {(m.error or '')[-120:]!r}"
         export = f"{export_s:.1f}" if export_s is not None else "-"
         print(f"| {m.name} | {len(m.graphs)}: {graphs} | {export} | {max_abs} | {probe} | "
