@@ -151,6 +151,7 @@ def build_layout(
     missing: dict[str, Any],
     canonical: Callable[[str, Any], Any],
     removed: set[str] = frozenset(),  # type: ignore[assignment]
+    inherited_dynamic: dict[str, list[int]] | None = None,
 ) -> Layout:
     """Aligns ``calls`` on the union of their inputs; raises :class:`ObserverError` when it
     cannot (structure, rank or dtype changes, no call with every input)."""
@@ -198,7 +199,7 @@ def build_layout(
         flat=flat,
         sources=sources,
     )
-    layout.dynamic = _dynamic_dims(layout)
+    layout.dynamic = _dynamic_dims(layout, inherited_dynamic or {})
     return layout
 
 
@@ -324,7 +325,10 @@ def _passed_as_tuple(
     return not (last.spec.type in (dict,) and last.name not in signature.positional_only)
 
 
-def _dynamic_dims(layout: Layout) -> list[list[int]]:
+def _dynamic_dims(layout: Layout, inherited: dict[str, list[int]]) -> list[list[int]]:
+    """Dims whose size varied across the calls, plus dims ``inherited`` from a parent
+    observer (a call family, see ``InputObserver.subset``) where every size seen here is
+    at least 2 (``torch.export`` specialises a sample on 0 and 1)."""
     dims: list[list[int]] = []
     for j, leaf_name in enumerate(layout.leaf_names):
         seen = [
@@ -341,7 +345,13 @@ def _dynamic_dims(layout: Layout) -> list[list[int]]:
             "an ONNX input has one element type: cast before calling the model",
         )
         rank = seen[0][1].dim()
-        dims.append([d for d in range(rank) if len({t.shape[d] for _, t, _ in seen}) > 1])
+        varied = {d for d in range(rank) if len({t.shape[d] for _, t, _ in seen}) > 1}
+        varied |= {
+            d
+            for d in inherited.get(leaf_name, [])
+            if d < rank and min(t.shape[d] for _, t, _ in seen) >= 2
+        }
+        dims.append(sorted(varied))
     return dims
 
 
@@ -456,19 +466,31 @@ def _size_of_same_dim(
     return None
 
 
+def has_empty_form(dynamic_dims: list[int]) -> bool:
+    """An absent input can be fed as "nothing" (0-length) when a dim other than the batch
+    (dim 0) is dynamic; a batch of 0 or zeros of a seen shape are made-up values."""
+    return any(d > 0 for d in dynamic_dims)
+
+
 def candidate_indices(layout: Layout) -> list[int]:
     """Stored calls, the likeliest to export first.
 
-    A call loses rank for each input it did not pass (a stand-in changes what the model
-    does; a fill-in from ``missing=`` or an empty cache does not count), then for each
-    dynamic dimension of size 0 or 1 (``torch.export`` specialises them, and model code
-    often branches on them: the decode steps of ``generate()``); among equals the largest
-    call wins, then the earliest.
+    A call loses rank first for each absent input without an empty form (a stand-in of
+    made-up zeros, see :func:`has_empty_form`: never a sample when another call will do),
+    then for each dynamic dimension of size 0 or 1 (``torch.export`` specialises them, and
+    model code often branches on them: the decode steps of ``generate()``), then for each
+    input it did not pass (a fill-in from ``missing=`` or an empty cache does not count);
+    among equals the largest call wins, then the earliest.
     """
 
-    def score(i: int) -> tuple[int, int, int, int]:
+    def score(i: int) -> tuple[int, int, int, int, int]:
         n_absent = sum(src == ABSENT for src in layout.sources[i])
         sources = layout.leaf_sources(i)
+        made_up = sum(
+            1
+            for t, dims, src in zip(layout.flat[i], layout.dynamic, sources)
+            if t is None and src == ABSENT and not has_empty_form(dims)
+        )
         small = sum(
             1
             for t, dims, src in zip(layout.flat[i], layout.dynamic, sources)
@@ -482,7 +504,7 @@ def candidate_indices(layout: Layout) -> list[int]:
             if t is not None and src == OBSERVED
             for d in dims
         )
-        return (n_absent, small, -size, i)
+        return (made_up, small, n_absent, -size, i)
 
     return sorted(range(len(layout.flat)), key=score)
 

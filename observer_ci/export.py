@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import torch
 from observer_ci.causes import SAMPLE_INDEPENDENT, explain_exception
 from observer_ci.constants import DEFAULT_OPSET
 from observer_ci.dim_names import name_dims, name_onnx_axes
-from observer_ci.errors import error_tail
+from observer_ci.errors import error_headline, error_tail
 from observer_ci.observer import InputObserver
 from observer_ci.onnx_exporter import onnx_export
 from observer_ci.results import ExportResult
@@ -51,23 +52,35 @@ def export_observed(
     method_name: str = "forward",
     set_batch_dimension_for: Any = None,
     opset: int = DEFAULT_OPSET,
-    max_samples: int = 3,
+    max_samples: int | None = None,
     named_dims: bool = False,
+    call_numbers: list[int] | None = None,
 ) -> ExportResult:
     """Exports from the observer's inferred arguments and dynamic shapes; never raises.
 
-    Model code sometimes branches on a size (``seq > 1``) and fails to trace on one
-    sample; the next best observed calls are then tried as samples, up to ``max_samples``.
+    Candidate samples are the observed calls ordered by
+    :meth:`InputObserver.candidate_indices` (the likeliest to trace first). Model code
+    sometimes branches on a size (``seq > 1``) and fails to trace on one sample: the next
+    ones are tried, every observed call if needed (``max_samples`` caps it), until a failure
+    that does not depend on the sample or two samples fail with the same error.
     ``named_dims`` names the dynamic axes of the file (``batch_size``, ...: ``dim_names``).
+    ``call_numbers`` maps the observer's calls to the numbers shown (a family's observer
+    holds a subset of the calls).
     """
     onnx_path = Path(onnx_path)
     onnx_path.parent.mkdir(parents=True, exist_ok=True)
     begin = time.perf_counter()
     failures: list[str] = []
     first_error: BaseException | None = None
+
+    def number(index: int) -> int:
+        return call_numbers[index] if call_numbers else index
+
     try:
         dynamic_shapes = observer.infer_dynamic_shapes(set_batch_dimension_for, named=named_dims)
-        candidates = observer.export_candidates()[: max(1, max_samples)]
+        candidates = observer.export_candidates()
+        if max_samples is not None:
+            candidates = candidates[: max(1, max_samples)]
         module = as_module(model, method_name)
     except Exception as e:
         return ExportResult(
@@ -76,22 +89,28 @@ def export_observed(
             seconds=time.perf_counter() - begin,
             cause=explain_exception(e, observer=observer),
         )
+    seen_errors: set[str] = set()
     for index in candidates:
         try:
             inputs = observer.infer_arguments(index, as_args_kwargs=True)
             program = _export_one(module, inputs, dynamic_shapes, opset)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
-            failures.append(f"call {index}: {error_tail(e)}")
+            error = error_tail(e)
+            failures.append(f"call {number(index)}: {error}")
             first_error = first_error or e
             if explain_exception(e, observer=observer).kind in SAMPLE_INDEPENDENT:
                 break  # another sample fails the same way
+            key = _error_key(error)
+            if key in seen_errors:
+                break  # the same failure twice: other samples would fail alike
+            seen_errors.add(key)
             continue
         notes = _name_axes(onnx_path, observer, set_batch_dimension_for) if named_dims else []
         result = describe_onnx(onnx_path)
         result.notes = notes
         result.seconds = time.perf_counter() - begin
-        result.sample_index = index
+        result.sample_index = number(index)
         result.failed_samples = failures
         return result
     return ExportResult(
@@ -114,6 +133,11 @@ def _name_axes(onnx_path: Path, observer: InputObserver, set_batch_dimension_for
         return notes
     except Exception as e:  # the anonymous file stays usable
         return [f"dims left anonymous: naming them failed ({error_tail(e, 200)})"]
+
+
+def _error_key(error: str) -> str:
+    """The error's headline without numbers (sizes, node ids): failures alike compare equal."""
+    return re.sub(r"\d+", "#", error_headline(error))
 
 
 def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:

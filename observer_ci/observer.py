@@ -65,6 +65,8 @@ class InputObserver:
         self._layout_cache: tuple[tuple[int, int], Layout] | None = None
         self._refusal: str | None = None
         self._active = False
+        # leaf name -> dims dynamic in a parent observer (see ``subset``)
+        self._inherited_dynamic: dict[str, list[int]] = {}
 
     @property
     def value_if_missing(self) -> dict[str | int, Any]:
@@ -212,9 +214,24 @@ class InputObserver:
             self._missing_by_name(),
             canonical=lambda name, v: structure.canonical_order(v, self._reference.get(name, v)),
             removed=self._removed,
+            inherited_dynamic=self._inherited_dynamic,
         )
         self._layout_cache = (key, layout)
         return layout
+
+    def subset(self, indices: list[int]) -> InputObserver:
+        """A new observer holding only the stored calls at ``indices`` (one call family).
+
+        Dims dynamic across all calls stay dynamic in the subset where its sizes allow.
+        """
+        parent_dims = dict(zip(self.leaf_names(), self._layout().dynamic))
+        sub = InputObserver(missing=self.missing)
+        sub.signature = self.signature
+        sub._reference = self._reference
+        sub._removed = set(self._removed)
+        sub.observations = [self.observations[i] for i in indices]
+        sub._inherited_dynamic = parent_dims
+        return sub
 
     def dynamic_dims(self, set_batch_dimension_for: Any = None) -> list[list[int]]:
         """Per flattened input (export order), its dynamic dimensions."""

@@ -31,7 +31,6 @@ a prefill cache with the same structure as a decode cache.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -43,6 +42,7 @@ __all__ = [
     "is_registered",
     "make_dynamic_cache",
     "register_if_imported",
+    "register_model_output_keys",
     "register_transformers_pytrees",
 ]
 
@@ -51,8 +51,10 @@ _CACHE_KEYS = ("key_cache", "value_cache")
 _LAYER_CLASSES = ("DynamicLayer", "DynamicSlidingWindowLayer")
 
 
-def _transformers_available() -> bool:
-    return importlib.util.find_spec("transformers") is not None
+def _transformers_imported() -> bool:
+    """Only a script that already imported transformers needs its classes registered:
+    never import transformers (seconds) for a model that does not use it."""
+    return "transformers" in sys.modules
 
 
 def is_registered(cls: type) -> bool:
@@ -244,8 +246,10 @@ def register_transformers_pytrees(replace_transformers: bool = False) -> list[st
 
     Idempotent: a class already registered (by a previous call, by transformers'
     ``register_dynamic_cache_export_support`` or by any other library) is left untouched.
-    Returns the names of the classes registered by this call, ``[]`` if transformers is
-    not installed or everything was already registered.
+    Returns the names of the classes registered by this call, ``[]`` if transformers was
+    not imported by the caller or everything was already registered. ``ModelOutput``
+    classes transformers registered without key paths get them (see
+    :func:`register_model_output_keys`).
 
     With ``replace_transformers=True``, a ``DynamicCache`` registration made by transformers
     itself (``transformers.integrations.executorch``) is replaced by this module's: both
@@ -255,13 +259,14 @@ def register_transformers_pytrees(replace_transformers: bool = False) -> list[st
     ``SpecViolationError: Constant tensor lifted_tensor_N is not in the constants
     dictionary``.
     """
-    if not _transformers_available():
+    if not _transformers_imported():
         return []
     registered = []
     if _register_dynamic_cache(replace_transformers):
         registered.append("DynamicCache")
     if _register_encoder_decoder_cache():
         registered.append("EncoderDecoderCache")
+    register_model_output_keys()
     return registered
 
 
@@ -271,6 +276,55 @@ def register_if_imported() -> list[str]:
     if "transformers" not in sys.modules:
         return []
     return register_transformers_pytrees()
+# --------------------------------------------------------------------------------------
+# ModelOutput (BaseModelOutput, Seq2SeqLMOutput, ...) with key paths
+# --------------------------------------------------------------------------------------
+
+
+def _flatten_with_keys_model_output(output: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    import torch.utils._pytree as pytree
+
+    keys = list(output.keys())
+    return [(pytree.MappingKey(k), output[k]) for k in keys], keys
+
+
+def register_model_output_keys() -> list[str]:
+    """Gives key paths to the ``ModelOutput`` classes transformers registered without.
+
+    transformers registers every ``ModelOutput`` subclass with torch's pytree when the
+    class is defined, without a ``flatten_with_keys_fn``: flattening *with paths* (what
+    names the exported inputs, e.g. ``encoder_outputs_last_hidden_state``) then raises
+    ``Did not find a flatten_with_keys_fn for type BaseModelOutput``. The classes keep
+    transformers' flatten/unflatten (same leaves, same order, same serialised name); only
+    the key function is added, for the Python pytree (the one ``torch.export`` uses).
+    Returns the names of the classes changed; a no-op unless transformers is imported.
+    """
+    if not _transformers_imported():
+        return []
+    import torch.utils._pytree as pytree
+
+    model_output = getattr(sys.modules.get("transformers.utils.generic"), "ModelOutput", None)
+    if model_output is None:
+        return []
+    changed = []
+    for cls, node in list(pytree.SUPPORTED_NODES.items()):
+        if node.flatten_with_keys_fn is not None or not isinstance(cls, type):
+            continue
+        if not issubclass(cls, model_output):
+            continue
+        serialized = pytree.SUPPORTED_SERIALIZED_TYPES.get(cls)
+        pytree._deregister_pytree_node(cls)
+        pytree._private_register_pytree_node(
+            cls,
+            node.flatten_fn,
+            node.unflatten_fn,
+            serialized_type_name=getattr(serialized, "serialized_type_name", None),
+            to_dumpable_context=getattr(serialized, "to_dumpable_context", None),
+            from_dumpable_context=getattr(serialized, "from_dumpable_context", None),
+            flatten_with_keys_fn=_flatten_with_keys_model_output,
+        )
+        changed.append(cls.__name__)
+    return changed
 
 
 def make_dynamic_cache(key_values: Sequence[tuple[Any, Any]]) -> Any:

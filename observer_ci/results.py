@@ -108,6 +108,9 @@ class ObservationResult:
     inputs: str = ""
     outputs: str = ""
     cause: Cause | None = None  # why onnxruntime failed on this call
+    family: str | None = None  # the graph that served this call (see ModelResult.graphs)
+    stand_ins: list[str] = field(default_factory=list)  # absent inputs fed as 0-length tensors
+    note: str | None = None  # how the call was served when not as observed
 
 
 @dataclass
@@ -149,6 +152,17 @@ class PairedLatency:
 
 
 @dataclass
+class GraphResult:
+    """One exported graph and the family of observed calls it serves."""
+
+    name: str  # Hugging Face role name where it matches (decoder_with_past_model), else model
+    observation_indices: list[int] = field(default_factory=list)
+    reason: str = ""  # why these calls need a graph of their own
+    export: ExportResult | None = None
+    probe: ProbeResult | None = None
+
+
+@dataclass
 class ModelResult:
     """Everything measured for one observed model (or one failed script)."""
 
@@ -168,6 +182,7 @@ class ModelResult:
     cause: Cause | None = None  # why the model failed and what to change (first in the report)
     warnings: list[GraphWarning] = field(default_factory=list)
     paired_latency: PairedLatency | None = None  # set with ``baseline: base`` (paired.py)
+    graphs: list[GraphResult] = field(default_factory=list)  # one per call family; [0] = export
 
     @property
     def median_ort_latency_s(self) -> float | None:
@@ -319,4 +334,15 @@ def _model_from_dict(data: dict[str, Any]) -> ModelResult:
         if part is not None and isinstance(part.cause, dict):
             part.cause = _build(Cause, part.cause)
     model.paired_latency = _build(PairedLatency, data.get("paired_latency"))
+    model.graphs = [_graph_from_dict(g) for g in data.get("graphs", [])]
     return model
+
+
+def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
+    graph = _build(GraphResult, data)
+    graph.export = _build(ExportResult, data.get("export"))
+    graph.probe = _build(ProbeResult, data.get("probe"))
+    for part in (graph.export, graph.probe):
+        if part is not None and isinstance(part.cause, dict):
+            part.cause = _build(Cause, part.cause)
+    return graph

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,10 +25,19 @@ from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
 from observer_ci.export_cache import cached_export, export_key
+from observer_ci.families import (
+    ROLE_SINGLE,
+    Family,
+    name_families,
+    plan_families,
+    split_family,
+    stand_ins,
+)
 from observer_ci.graph_warnings import graph_warnings
 from observer_ci.journal import JournalWriter
 from observer_ci.logs import log_group, quiet_third_party
 from observer_ci.logs import progress as progress_line
+from observer_ci.observer import InputObserver
 from observer_ci.probe import run_probe
 from observer_ci.pytrees import register_if_imported
 from observer_ci.replay import make_session, replay_observation
@@ -40,8 +50,10 @@ from observer_ci.results import (
     STATUS_PROBE_FAILED,
     STATUS_SCRIPT_FAILED,
     ExportResult,
+    GraphResult,
     ModelResult,
     ObservationResult,
+    ProbeResult,
     RunResults,
 )
 from observer_ci.rules import Thresholds
@@ -142,7 +154,7 @@ def run_script(
     models = []
     for entry in entries:
         with log_group(f"observer-ci: model {entry.name}"):
-            models.append(process_model(entry, out_dir, config=config, progress=progress))
+            models.append(_process_safely(entry, out_dir, config=config, progress=progress))
     for m in models:
         m.phase_seconds["script"] = script_seconds
     if failure is not None:
@@ -158,6 +170,24 @@ def run_script(
             )
         )
     return models
+
+
+def _process_safely(
+    entry: registry.ObservedModel, out_dir: Path, *, config: RunConfig, progress: Progress
+) -> ModelResult:
+    """``process_model`` whose unexpected errors become a result row (never a crash)."""
+    try:
+        return process_model(entry, out_dir, config=config, progress=progress)
+    except Exception as e:
+        progress(f"{entry.name}: cannot be processed: {type(e).__name__}: {e}")
+        return ModelResult(
+            name=entry.name,
+            script=entry.script,
+            status=STATUS_OBSERVE_FAILED,
+            method_name=entry.method_name,
+            error=f"observer-ci could not process this model ({traceback_tail(e, 6)}); "
+            "observe it with observer_ci.observe(model, name=...) or report the problem",
+        )
 
 
 def script_traceback(exc: BaseException, script: str, max_frames: int = 12) -> str:
@@ -256,6 +286,7 @@ def process_model(
         notes=model_notes(entry),
     )
     phase = _Phases(result)
+    register_if_imported()  # ModelOutput classes first used during the script get key paths
     with phase("infer"):
         try:
             result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
@@ -270,73 +301,84 @@ def process_model(
             result.cause = explain_exception(e, observer=obs)
             progress(f"{entry.name}: cannot infer export inputs: {result.error}")
             return result
-    progress(f"{entry.name}: exporting ({obs.num_obs()} calls observed)")
-    onnx_path = out_dir / "onnx" / f"{safe_filename(entry.name)}.onnx"
-    with phase("export"):
-        result.export = export_model(entry, onnx_path, cache_dir=config.cache_dir)
-    result.notes.extend(result.export.notes)
-    if not result.export.ok:
-        result.status, result.error = STATUS_EXPORT_FAILED, result.export.error
-        result.cause = result.export.cause
-        result.warnings = graph_warnings(result)
-        progress(f"{entry.name}: export failed: {(result.export.error or '')[-300:]}")
-        return result
-    progress(f"{entry.name}: exported in {result.export.seconds:.1f}s, replaying")
     try:
-        session = make_session(onnx_path, threads=config.threads)
+        families = plan_families(obs, entry.set_batch_dimension_for)
     except Exception as e:
-        result.status, result.error = STATUS_ORT_FAILED, error_tail(e)
-        result.cause = explain_exception(e)
+        result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
+        result.cause = explain_exception(e, observer=obs)
         return result
-    method = getattr(entry.model, entry.method_name)
-    with phase("replay"):
-        result.observations = [
-            replay_observation(
-                obs,
-                i,
-                session,
-                method=method,
-                atol=config.atol,
-                rtol=config.rtol,
-                hist=config.hist,
-                warmup=config.warmup,
-                repeat=config.repeat,
-            ).result
-            for i in range(obs.num_obs())
-        ]
     progress(
-        f"{entry.name}: replayed {obs.num_obs()} calls "
-        f"({config.warmup} warm-up + {config.repeat} timed runs each) "
-        f"in {result.phase_seconds['replay']:.1f}s"
+        f"{entry.name}: exporting {len(families)} graph(s) ({obs.num_obs()} calls observed)"
     )
-    if config.save_feeds:
-        _save_feeds(entry, session, onnx_path)
-    if config.probe:
-        with phase("probe"):
-            try:
-                result.probe = run_probe(
-                    obs,
-                    method,
-                    session,
-                    set_batch_dimension_for=entry.set_batch_dimension_for,
-                    atol=config.atol,
-                    rtol=config.rtol,
-                )
-            except Exception as e:
-                from observer_ci.results import ProbeResult
-
-                result.probe = ProbeResult(ran=True, ok=False, error=error_tail(e))
+    server = _FamilyServer(entry, out_dir, config, phase, progress, single=len(families) == 1)
+    rows: dict[int, ObservationResult] = {}
+    served_families: list[Family] = []
+    queue = list(families)
+    while queue:
+        family = queue.pop(0)
+        if not family.name:
+            family.name = f"{ROLE_SINGLE}_{len(served_families) + len(queue) + 1}"
+        graph, served = server.serve(family)
+        moved = _stand_in_failures(graph, served)
+        if moved:
+            family, *extra = split_family(family, obs, moved, entry.set_batch_dimension_for)
+            graph.observation_indices = family.indices
+            for i in moved:
+                served.pop(i)
+            server.single = False
+            queue.extend(extra)
+        result.graphs.append(graph)
+        served_families.append(family)
+        rows.update(served)
+    if len(result.graphs) > 1:
+        server.rename(result.graphs, name_families(served_families), rows)
+    result.observations = [rows[i] for i in sorted(rows)]
+    main = result.graphs[0]
+    result.export, result.probe = main.export, main.probe
+    for graph in result.graphs:
+        if graph.export is not None:
+            result.notes.extend(n for n in graph.export.notes if n not in result.notes)
+    if len(result.graphs) > 1:
+        result.notes.append(
+            f"{len(result.graphs)} graphs, one per call family: "
+            + "; ".join(
+                f"{g.name} serves calls {g.observation_indices}"
+                + (f" ({g.reason})" if g.reason else "")
+                for g in result.graphs
+            )
+        )
+    failed = [g for g in result.graphs if g.export is None or not g.export.ok]
+    if failed:
+        g = failed[0]
+        error = (g.export.error if g.export else None) or "export failed"
+        result.status = STATUS_EXPORT_FAILED
+        result.error = error if len(result.graphs) == 1 else f"graph {g.name}: {error}"
+        result.cause = g.export.cause if g.export else None
+        result.warnings = graph_warnings(result)
+        progress(f"{entry.name}: export failed: {result.error[-300:]}")
+        return result
     result.status = _status(result.observations)
     if result.status != STATUS_OK:
         result.error = next((o.error for o in result.observations if o.error), None)
         result.cause = next((o.cause for o in result.observations if o.cause), None)
-        sample = result.export.sample_index
+        samples = {
+            i: g.export.sample_index
+            for g in result.graphs
+            if g.export is not None
+            for i in g.observation_indices
+        }
         for o in result.observations:
+            sample = samples.get(o.index)
             if o.cause is not None and sample is not None:
                 add_sample_difference(o.cause, result.inputs, o.index, sample)
-    elif result.probe is not None and result.probe.ran and not result.probe.success:
-        result.status, result.error = STATUS_PROBE_FAILED, result.probe.error
-        result.cause = result.probe.cause
+    else:
+        probe = next(
+            (g.probe for g in result.graphs if g.probe and g.probe.ran and not g.probe.success),
+            None,
+        )
+        if probe is not None:
+            result.status, result.error = STATUS_PROBE_FAILED, probe.error
+            result.cause = probe.cause
     result.warnings = graph_warnings(result)
     total = sum(v for k, v in result.phase_seconds.items() if k != "script")
     progress(f"{entry.name}: {result.status} ({total:.1f}s)")
@@ -344,41 +386,66 @@ def process_model(
 
 
 def export_model(
-    entry: registry.ObservedModel, onnx_path: Path, *, cache_dir: str | None = None
+    entry: registry.ObservedModel,
+    onnx_path: Path,
+    *,
+    cache_dir: str | None = None,
+    observer: InputObserver | None = None,
+    set_batch_dimension_for: Any = None,
+    call_numbers: list[int] | None = None,
 ) -> ExportResult:
-    """The "export this model" step, through the export cache when ``cache_dir`` is set."""
+    """The "export this model" step, through the export cache when ``cache_dir`` is set.
+
+    ``observer`` (default: the entry's) and ``set_batch_dimension_for`` (default: the
+    entry's) are a call family's when the model needs several graphs; ``call_numbers`` maps
+    that family's calls to the model's call numbers.
+    """
+    obs = entry.observer if observer is None else observer
+    flags = entry.set_batch_dimension_for if observer is None else set_batch_dimension_for
 
     def export() -> ExportResult:
         register_if_imported()  # the script may have imported transformers after observing
         return export_observed(
             entry.model,
-            entry.observer,
+            obs,
             onnx_path,
             method_name=entry.method_name,
-            set_batch_dimension_for=entry.set_batch_dimension_for,
+            set_batch_dimension_for=flags,
             named_dims=True,
+            call_numbers=call_numbers,
         )
 
-    return cached_export(export, lambda: export_cache_key(entry), onnx_path, cache_dir)
+    def key() -> str:
+        return export_cache_key(entry, obs, flags, call_numbers)
+
+    return cached_export(export, key, onnx_path, cache_dir)
 
 
-def export_cache_key(entry: registry.ObservedModel) -> str:
-    """The export cache key of one observed model (see :mod:`observer_ci.export_cache`)."""
+def export_cache_key(
+    entry: registry.ObservedModel,
+    observer: InputObserver | None = None,
+    set_batch_dimension_for: Any = None,
+    call_numbers: list[int] | None = None,
+) -> str:
+    """The export cache key of one observed model or one of its call families (see
+    :mod:`observer_ci.export_cache`)."""
+    if observer is None:
+        observer, set_batch_dimension_for = entry.observer, entry.set_batch_dimension_for
     return export_key(
         entry.model,
-        entry.observer,
+        observer,
         method_name=entry.method_name,
-        set_batch_dimension_for=entry.set_batch_dimension_for,
+        set_batch_dimension_for=set_batch_dimension_for,
         opset=DEFAULT_OPSET,
+        extra=call_numbers,
     )
 
 
-def _save_feeds(entry: registry.ObservedModel, session: object, onnx_path: Path) -> None:
-    """The onnxruntime inputs of every observed call, for :mod:`observer_ci.paired`."""
+def _save_feeds(name: str, obs: InputObserver, session: object, onnx_path: Path) -> None:
+    """The onnxruntime inputs of every call a graph serves, for :mod:`observer_ci.paired`."""
     from observer_ci.paired import save_feeds
     from observer_ci.replay import match_feeds
 
-    obs = entry.observer
     onnx_inputs = [i.name for i in session.get_inputs()]  # type: ignore[attr-defined]
     try:
         feeds = [
@@ -387,7 +454,174 @@ def _save_feeds(entry: registry.ObservedModel, session: object, onnx_path: Path)
         ]
         save_feeds(feeds, onnx_path)
     except Exception as e:  # paired timing then says why it has no inputs
-        progress_line(f"{entry.name}: inputs not saved for paired timing: {error_tail(e)}")
+        progress_line(f"{name}: inputs not saved for paired timing: {error_tail(e)}")
+
+
+def _stand_in_failures(graph: GraphResult, served: dict[int, ObservationResult]) -> list[int]:
+    """Calls that failed on a shared graph only because of stand-ins (others passed)."""
+    if graph.export is None or not graph.export.ok:
+        return []
+    sample = graph.export.sample_index
+    failed = [i for i, r in served.items() if r.stand_ins and not r.success and i != sample]
+    if failed and any(r.success for r in served.values()):
+        return failed
+    return []
+
+
+class _FamilyServer:
+    """Exports one graph per call family, replays its calls on it, probes it."""
+
+    def __init__(
+        self,
+        entry: registry.ObservedModel,
+        out_dir: Path,
+        config: RunConfig,
+        phase: _Phases,
+        progress: Progress,
+        single: bool,
+    ):
+        self.entry, self.out_dir, self.config, self.phase = entry, out_dir, config, phase
+        self.progress = progress
+        self.single = single
+        self.method = getattr(entry.model, entry.method_name)
+
+    def path(self, name: str) -> Path:
+        stem = safe_filename(self.entry.name)
+        if self.single:
+            return self.out_dir / "onnx" / f"{stem}.onnx"
+        return self.out_dir / "onnx" / stem / f"{safe_filename(name)}.onnx"
+
+    def rename(
+        self,
+        graphs: list[GraphResult],
+        families: list[Family],
+        rows: dict[int, ObservationResult],
+    ) -> None:
+        """Final names once every family is known; files (and saved feeds) and rows follow."""
+        from observer_ci.paired import feeds_path
+
+        self.single = False
+        renamed: dict[str, str] = {}
+        for graph, family in zip(graphs, families):
+            renamed[graph.name] = family.name
+            graph.name, graph.reason = family.name, family.reason or graph.reason
+        temporary = []
+        for graph in graphs:  # two steps: a new name may be another graph's old name
+            if graph.export is not None and graph.export.onnx_path:
+                source = Path(graph.export.onnx_path)
+                moved = source.with_name(source.name + ".moving")
+                source.replace(moved)
+                feeds = feeds_path(source)
+                moved_feeds = feeds.with_name(feeds.name + ".moving")
+                if feeds.exists():
+                    feeds.replace(moved_feeds)
+                temporary.append((graph, moved, moved_feeds))
+        for graph, moved, moved_feeds in temporary:
+            target = self.path(graph.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            moved.replace(target)
+            if moved_feeds.exists():
+                moved_feeds.replace(feeds_path(target))
+            graph.export.onnx_path = str(target)
+        for row in rows.values():
+            old = row.family or ""
+            row.family = renamed.get(old, row.family)
+            if row.note:
+                row.note = row.note.replace(f"graph {old} ", f"graph {row.family} ")
+
+    def serve(self, family: Family) -> tuple[GraphResult, dict[int, ObservationResult]]:
+        """Exports ``family``'s graph, replays its calls on it and probes it."""
+        entry, config, progress = self.entry, self.config, self.progress
+        obs = entry.observer
+        whole = family.indices == list(range(obs.num_obs()))
+        sub = obs if whole else obs.subset(family.indices)
+        flags = _flags_for(sub, entry.set_batch_dimension_for)
+        graph = GraphResult(
+            name=family.name, observation_indices=family.indices, reason=family.reason
+        )
+        onnx_path = self.path(family.name)
+        with self.phase("export"):
+            graph.export = export_model(
+                entry,
+                onnx_path,
+                cache_dir=config.cache_dir,
+                observer=None if whole else sub,
+                set_batch_dimension_for=flags,
+                call_numbers=None if whole else family.indices,
+            )
+        if not graph.export.ok:
+            return graph, {}  # the graph entry holds the error and the calls it would serve
+        shown = entry.name if self.single else f"{entry.name} [{family.name}]"
+        progress(f"{shown}: exported in {graph.export.seconds:.1f}s, replaying")
+        try:
+            session = make_session(onnx_path, threads=config.threads)
+        except Exception as e:
+            error, cause = error_tail(e), explain_exception(e)
+            return graph, {
+                i: ObservationResult(
+                    index=i, ok=False, family=family.name, error=error, cause=cause
+                )
+                for i in family.indices
+            }
+        dynamic = sub.dynamic_dims(flags)
+        rows: dict[int, ObservationResult] = {}
+        begin = time.perf_counter()
+        with self.phase("replay"):
+            for local, index in enumerate(family.indices):
+                row = replay_observation(
+                    sub,
+                    local,
+                    session,
+                    method=self.method,
+                    atol=config.atol,
+                    rtol=config.rtol,
+                    hist=config.hist,
+                    warmup=config.warmup,
+                    repeat=config.repeat,
+                ).result
+                row.index, row.family = index, family.name
+                row.stand_ins, _made_up = stand_ins(sub, local, dynamic)
+                if row.stand_ins:
+                    row.note = (
+                        f"served by graph {family.name} with 0-length stand-ins for the absent "
+                        f"inputs {row.stand_ins[:4]}"
+                    )
+                rows[index] = row
+        progress(
+            f"{shown}: replayed {len(family.indices)} calls "
+            f"({config.warmup} warm-up + {config.repeat} timed runs each) "
+            f"in {time.perf_counter() - begin:.1f}s"
+        )
+        if config.save_feeds:
+            _save_feeds(entry.name, sub, session, onnx_path)
+        if config.probe:
+            with self.phase("probe"):
+                try:
+                    graph.probe = run_probe(
+                        sub,
+                        self.method,
+                        session,
+                        set_batch_dimension_for=flags,
+                        atol=config.atol,
+                        rtol=config.rtol,
+                    )
+                except Exception as e:
+                    graph.probe = ProbeResult(ran=True, ok=False, error=error_tail(e))
+        return graph, rows
+
+
+def _flags_for(observer: InputObserver, flags: Any) -> Any:
+    """``set_batch_dimension_for`` restricted to the inputs a family's calls pass."""
+    if flags is None or isinstance(flags, bool) or isinstance(flags, (str, int)) and not flags:
+        return flags
+    items = [flags] if isinstance(flags, (str, int)) else list(flags)
+    names = observer.leaf_names()
+    kept = [
+        f
+        for f in items
+        if not isinstance(f, str) or any(n == f or n.startswith(f + "_") for n in names)
+    ]
+    return kept or None
 
 
 def _status(observations: list[ObservationResult]) -> str:
@@ -416,4 +650,6 @@ class _Phase:
         self.begin = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
-        self.result.phase_seconds[self.name] = time.perf_counter() - self.begin
+        seconds = time.perf_counter() - self.begin
+        phases = self.result.phase_seconds
+        phases[self.name] = phases.get(self.name, 0.0) + seconds

@@ -220,20 +220,28 @@ def test_nested_inputs_and_another_method_export_and_match_by_name(tmp_path):
     assert result.probe.ran and result.probe.success
 
 
-def test_onnxruntime_failure_is_an_ort_failed_result_with_a_hint(tmp_path):
+def test_call_failing_on_empty_stand_in_gets_a_graph_of_its_own(tmp_path):
     class Masked(torch.nn.Module):
         def forward(self, x, mask=None):
             return x if mask is None else x * mask.unsqueeze(-1)
 
     model = Masked()
     with observe(model, name="masked"):
-        model(torch.randn(2, 7, 4))  # no mask: replayed with an empty mask, which ORT rejects
+        model(torch.randn(2, 7, 4))  # no mask: an empty mask, which ORT rejects on the shared graph
         model(torch.randn(3, 9, 4), mask=torch.ones(3, 9))
         model(torch.randn(4, 5, 4), mask=torch.ones(4, 5))
     (entry,) = take_registered()
     result = process_model(entry, tmp_path, config=FAST, progress=quiet)
-    assert result.status == "ort_failed"
+    assert result.status == "ok", result.error
+    assert [(g.name, g.observation_indices) for g in result.graphs] == [
+        ("model", [1, 2]),
+        ("model_without_mask", [0]),
+    ]
+    assert "treats absent and empty differently" in result.graphs[1].reason
+    assert result.export is result.graphs[0].export and result.export.input_names == ["x", "mask"]
+    assert len(result.graphs[1].export.input_names) == 1  # x (named x_orig: returned as is)
+    assert all(Path(g.export.onnx_path).parent.name == "masked" for g in result.graphs)
     first, *others = result.observations
-    assert not first.ok and first.ort_latency_s is None
-    assert "did not pass ['mask']" in first.error
-    assert all(o.success for o in others)
+    assert first.family == "model_without_mask" and first.success and not first.stand_ins
+    assert all(o.success and o.family == "model" for o in others)
+    assert any("2 graphs" in n for n in result.notes)

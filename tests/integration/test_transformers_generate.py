@@ -47,11 +47,15 @@ def test_generate_prefill_and_decode_share_one_graph(llama):
 
 
 @pytest.mark.transformers
-def test_prefill_is_the_first_export_sample(llama):
-    # transformers' sdpa path branches on `seq > 1`: a seq=1 decode call cannot be the
-    # sample; candidate_indices() ranks the prefill (empty cache, seq > 1) first
+def test_prefill_is_the_first_sample_tried(llama):
+    # transformers' sdpa path branches on `seq > 1`: a seq=1 decode call cannot be the sample;
+    # the ranking puts the prefill first, so no decode call is tried (and fails) before it
     assert llama.export.sample_index == 0
-    assert not llama.export.failed_samples
+    assert llama.export.failed_samples == []
+    assert [g.name for g in llama.graphs] == ["model"]
+    assert {o.family for o in llama.observations} == {"model"}
+    prefill = llama.observations[0]
+    assert prefill.stand_ins and "stand-ins" in prefill.note
     dims = llama.export.input_dims
     assert isinstance(dims["past_key_values_key_cache_0"][2], str)
     assert all(isinstance(dims[name][0], str) for name in dims)  # the batch is symbolic

@@ -1,0 +1,130 @@
+"""Call families: groups of observed calls that one exported graph can serve.
+
+A call that did not pass some inputs is replayed on a graph that takes them with a
+*stand-in*. A 0-length tensor on a dynamic dim means "nothing" (an empty cache, no
+memory) and is served by the same graph. An absent input whose dims never varied
+would be fed zeros of a seen shape: made-up data (an encoder-decoder's first step has
+no cross-attention cache yet; a capped sliding-window cache has no 0-length form). Such
+calls form their own family and get their own graph, as the Hugging Face ONNX exports
+do (``decoder_model`` without cache, ``decoder_with_past_model`` with it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from observer_ci.alignment import has_empty_form
+from observer_ci.observer import InputObserver
+
+# Hugging Face ONNX export file names, used when the roles match.
+ROLE_DECODER = "decoder_model"
+ROLE_DECODER_WITH_PAST = "decoder_with_past_model"
+ROLE_SINGLE = "model"
+CACHE_INPUT_MARKERS = ("past_key_values", "past_key_value", "cache")
+
+
+@dataclass
+class Family:
+    """Observed calls served by one graph."""
+
+    name: str
+    indices: list[int]
+    reason: str = ""
+    absent: list[str] = field(default_factory=list)  # inputs these calls did not pass
+
+
+def stand_ins(
+    observer: InputObserver, index: int, dynamic: list[list[int]]
+) -> tuple[list[str], list[str]]:
+    """``(empty, made_up)``: absent inputs of one call fed as 0-length tensors / zeros."""
+    names = observer.leaf_names()
+    empty, made_up = [], []
+    for name, t, dims in zip(names, observer.aligned_inputs(index), dynamic):
+        if t is None:
+            (empty if has_empty_form(dims) else made_up).append(name)
+    return empty, made_up
+
+
+def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) -> list[Family]:
+    """One family for every call a shared graph serves honestly, one per made-up pattern.
+
+    The first family is the main one (it serves the most calls, its graph is the model's
+    ``export``). A single family keeps today's single graph.
+    """
+    dynamic = observer.dynamic_dims(set_batch_dimension_for)
+    main: list[int] = []
+    apart: dict[tuple[str, ...], list[int]] = {}
+    for i in range(observer.num_obs()):
+        empty, made_up = stand_ins(observer, i, dynamic)
+        if made_up:
+            apart.setdefault(tuple(empty + made_up), []).append(i)
+        else:
+            main.append(i)
+    if not apart:
+        return [Family(ROLE_SINGLE, main)]
+    families = []
+    if main:
+        families.append(Family("", main))
+    for absent, indices in apart.items():
+        reason = (
+            f"these calls did not pass {_shown(absent)}, which has no empty form (no dim but "
+            "the batch varied): a graph taking it would run on made-up values"
+        )
+        families.append(Family("", indices, reason=reason, absent=list(absent)))
+    return name_families(families)
+
+
+def split_family(
+    family: Family, observer: InputObserver, failed: list[int], set_batch_dimension_for: Any = None
+) -> list[Family]:
+    """Moves calls that failed on a shared graph with stand-ins into families of their own."""
+    dynamic = observer.dynamic_dims(set_batch_dimension_for)
+    by_absent: dict[tuple[str, ...], list[int]] = {}
+    for i in failed:
+        empty, made_up = stand_ins(observer, i, dynamic)
+        by_absent.setdefault(tuple(empty + made_up), []).append(i)
+    kept = [i for i in family.indices if i not in failed]
+    out = [Family(family.name, kept, family.reason, family.absent)]
+    for absent, indices in by_absent.items():
+        reason = (
+            f"these calls did not pass {_shown(absent)} and did not match torch on the shared "
+            "graph with empty stand-ins: the model treats absent and empty differently"
+        )
+        out.append(Family("", indices, reason=reason, absent=list(absent)))
+    return out
+
+
+def name_families(families: list[Family]) -> list[Family]:
+    """Hugging Face role names where a cache input tells decoder from decoder-with-past."""
+    if len(families) == 1:
+        families[0].name = ROLE_SINGLE
+        return families
+    taken: set[str] = set()
+    for k, family in enumerate(families):
+        cache_absent = any(_is_cache(n) for n in family.absent)
+        others_have_cache = any(
+            not any(_is_cache(n) for n in f.absent) for f in families if f is not family
+        )
+        if cache_absent and others_have_cache:
+            name = ROLE_DECODER
+        elif not cache_absent and any(any(_is_cache(n) for n in f.absent) for f in families):
+            name = ROLE_DECODER_WITH_PAST
+        elif family.absent:
+            name = f"{ROLE_SINGLE}_without_{family.absent[0]}"
+        else:
+            name = ROLE_SINGLE if k == 0 else f"{ROLE_SINGLE}_{k}"
+        while name in taken:
+            name = f"{name}_{k}"
+        taken.add(name)
+        family.name = name
+    return families
+
+
+def _is_cache(name: str) -> bool:
+    return any(marker in name for marker in CACHE_INPUT_MARKERS)
+
+
+def _shown(names: tuple[str, ...] | list[str], limit: int = 4) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
