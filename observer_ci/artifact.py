@@ -27,6 +27,7 @@ from observer_ci.results import (
     STATUSES,
     Cause,
     ExportResult,
+    GraphResult,
     GraphWarning,
     InputInfo,
     ModelResult,
@@ -259,6 +260,7 @@ _SCHEMA_CLASSES = (
     Cause,
     GraphWarning,
     PairedLatency,
+    GraphResult,
 )
 
 

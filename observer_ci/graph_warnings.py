@@ -101,14 +101,14 @@ def _size_one(model: ModelResult) -> list[GraphWarning]:
 def _stand_ins(model: ModelResult) -> list[GraphWarning]:
     found = []
     for obs in model.observations:
-        if not obs.n_none:
-            continue
+        if not obs.n_none or obs.success:
+            continue  # a row that matched torch shows the stand-in changed nothing
         absent = [
             info.name
             for info in model.inputs
             if obs.index < len(info.shapes) and info.shapes[obs.index] is None
         ]
-        outcome = "the row matched torch" if obs.success else "the row did not match torch"
+        outcome = "the row did not match torch"
         found.append(
             GraphWarning(
                 STAND_IN_INPUT,

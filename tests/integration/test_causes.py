@@ -9,11 +9,16 @@ from torch.utils import _pytree as pytree
 
 from observer_ci import observe
 from observer_ci.artifact import parse_results
+from observer_ci.export import export_observed
+from observer_ci.graph_warnings import graph_warnings
 from observer_ci.registry import take_registered
+from observer_ci.replay import make_session, replay_observation
 from observer_ci.report import render_report
 from observer_ci.results import (
     STATUS_EXPORT_FAILED,
+    STATUS_OK,
     STATUS_ORT_FAILED,
+    ModelResult,
     RunResults,
 )
 from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare, parse_fail_on
@@ -46,9 +51,7 @@ class KeylessPair(Pair):
     pass
 
 
-pytree.register_pytree_node(
-    KeylessPair, lambda p: ([p.a, p.b], None), lambda c, _: KeylessPair(*c)
-)
+pytree.register_pytree_node(KeylessPair, lambda p: ([p.a, p.b], None), lambda c, _: KeylessPair(*c))
 
 
 class ReturnsPair(torch.nn.Module):
@@ -110,7 +113,8 @@ def results(tmp_path_factory):
             "keyless_pair",
         ),
         _observed(
-            TakesPair(), [((x, Pair(x, x)), {}) for x in (torch.rand(2, 3), torch.rand(3, 3))],
+            TakesPair(),
+            [((x, Pair(x, x)), {}) for x in (torch.rand(2, 3), torch.rand(3, 3))],
             "plain_pair",
         ),
         _observed(UsesZeta(), _two(3), "zeta"),
@@ -197,25 +201,62 @@ def test_op_without_onnx_translation_names_op_and_module(results):
     assert "custom_translation_table" in m.cause.next_step
 
 
-def test_onnxruntime_failure_on_a_call_names_the_stand_in(results):
+def test_call_failing_on_its_stand_in_gets_a_graph_without_it(results):
     m = _model(results, "masked")
-    assert m.status == STATUS_ORT_FAILED
-    assert m.cause.kind == "ort_failure"
-    assert m.cause.summary.startswith("onnxruntime failed on call 0 in the Mul node")
+    assert m.status == STATUS_OK, m.error
+    shared, own = m.graphs
+    assert shared.observation_indices == [1, 2] and own.observation_indices == [0]
+    assert "did not pass mask" in own.reason and "absent and empty differently" in own.reason
+    assert [o.family for o in m.observations] == [own.name, shared.name, shared.name]
+    assert all(o.success for o in m.observations)
+    # every row matched torch: nothing to warn about stand-ins
+    assert not [w for w in m.warnings if w.rule == "stand_in_input"]
+
+
+def test_onnxruntime_failure_on_a_call_names_the_stand_in(tmp_path):
+    # one shared graph, as before the runner splits the call off: the row says why it failed
+    entry = _observed(
+        Masked(),
+        [
+            ((torch.randn(2, 7, 4),), {}),
+            ((torch.randn(3, 9, 4),), {"mask": torch.ones(3, 9)}),
+            ((torch.randn(4, 5, 4),), {"mask": torch.ones(4, 5)}),
+        ],
+        "masked_shared",
+    )
+    exported = export_observed(entry.model, entry.observer, tmp_path / "m.onnx")
+    assert exported.ok, exported.error
+    session = make_session(exported.onnx_path)
+    row = replay_observation(
+        entry.observer,
+        0,
+        session,
+        method=entry.model.forward,
+        atol=1e-4,
+        rtol=0.1,
+        hist=(),
+        warmup=0,
+        repeat=1,
+    ).result
+    assert not row.success and row.cause.kind == "ort_failure"
+    assert row.cause.summary.startswith("onnxruntime failed on call 0 in the Mul node")
     # the stand-in takes the call's batch (2), not the last seen one (4)
-    assert "This call did not pass mask (fed as 2×0)" in m.cause.summary
-    assert "missing={'mask': value}" in m.cause.next_step
-    warned = [w for w in m.warnings if w.rule == "stand_in_input"]
+    assert "This call did not pass mask (fed as 2×0)" in row.cause.summary
+    assert "missing={'mask': value}" in row.cause.next_step
+    model = ModelResult(name="masked", script="", status=STATUS_ORT_FAILED)
+    model.inputs = entry.observer.input_summaries()
+    model.observations = [row]
+    warned = [w for w in graph_warnings(model) if w.rule == "stand_in_input"]
     assert warned and "the row did not match torch" in warned[0].message
 
 
 def test_warning_rules_gate_only_when_selected(results):
-    run = RunResults(models=[_model(results, "masked")])
+    run = RunResults(models=[_model(results, "single")])
     default = compare(run, None, Thresholds(), DEFAULT_FAIL_ON)
-    stand_in = [r for r in default if r.rule == "stand_in_input"]
-    assert stand_in and not stand_in[0].fails_build
-    selected = compare(run, None, Thresholds(), parse_fail_on("default,stand_in_input"))
-    assert [r.fails_build for r in selected if r.rule == "stand_in_input"] == [True]
+    single = [r for r in default if r.rule == "single_call"]
+    assert single and not single[0].fails_build
+    selected = compare(run, None, Thresholds(), parse_fail_on("default,single_call"))
+    assert [r.fails_build for r in selected if r.rule == "single_call"] == [True]
 
 
 def test_causes_round_trip_through_results_json(results, tmp_path):
@@ -224,8 +265,10 @@ def test_causes_round_trip_through_results_json(results, tmp_path):
     # the publish job type-checks every field of an untrusted results.json
     assert parse_results(results.to_dict(), "payload").to_dict() == results.to_dict()
     masked = back.by_name()["masked"]
-    assert masked.cause.kind == "ort_failure" and masked.observations[0].cause is not None
-    assert masked.warnings[0].rule == "stand_in_input"
+    assert [g.observation_indices for g in masked.graphs] == [[1, 2], [0]]
+    assert "did not pass mask" in masked.graphs[1].reason
+    branch = back.by_name()["branch"]
+    assert branch.cause.kind == branch.graphs[0].export.cause.kind == "data_dependent_branch"
 
 
 class BranchOnBatch(torch.nn.Module):
@@ -294,8 +337,10 @@ def test_probe_failure_names_the_dim_and_the_size_seen_in_every_call(tmp_path):
         script="",
         status="probe_failed",
         n_observations=2,
-        inputs=[InputInfo(s.name, s.dtype, s.shapes, s.dynamic_dims, ["batch_size",
-                          "sequence_length"]) for s in summaries],
+        inputs=[
+            InputInfo(s.name, s.dtype, s.shapes, s.dynamic_dims, ["batch_size", "sequence_length"])
+            for s in summaries
+        ],
         probe=probe,
     )
     rules = {w.rule: w.message for w in graph_warnings(result)}
