@@ -89,6 +89,8 @@ _ERROR_CHARS = {LEVEL_FULL: 3000, LEVEL_NO_IO: 3000}
 _SHORT_ERROR_CHARS = 400
 _SHAPES_CHARS = {LEVEL_FULL: 2000, LEVEL_NO_IO: 2000}
 _MAX_OBS_ROWS = 50
+_MAX_LISTED_INPUTS = 4  # stand-in names shown per call
+_MAX_LISTED_CALLS = 20  # call numbers shown per graph
 _MAX_SHAPES = 8
 _MAX_DIMS_SHOWN = 4
 _MAX_MESSAGE = 300
@@ -258,7 +260,10 @@ class _Renderer:
         return [
             Markup(status),
             model.name,
-            Markup(_export_cell(model.export, old.export if old else None)),
+            Markup(
+                _export_cell(model.export, old.export if old else None)
+                + _graphs_suffix(model)
+            ),
             Markup(_error_cell(model, old, "abs")),
             Markup(_error_cell(model, old, "rel")),
             Markup(_latency_cell(model, old, "ort")),
@@ -354,10 +359,12 @@ class _Renderer:
             blocks.append("\n".join(f"- ⚠️ {_inline(n, 400)}" for n in model.notes))
         facts = [_export_line(model.export), _probe_line(model.probe), _phases_line(model)]
         blocks.append("  \n".join(f for f in facts if f))
+        if len(model.graphs) > 1:
+            blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
         if level < LEVEL_NO_INPUTS and model.inputs:
             blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
         if level < LEVEL_NO_CALLS and model.observations:
-            blocks.append(self.cached(("calls", index), lambda: _calls_table(model.observations)))
+            blocks.append(self.cached(("calls", index), lambda: _calls_table(model)))
             if level < LEVEL_NO_IO:
                 blocks.append(self.cached(("io", index), lambda: _io_list(model.observations)))
         if model.dynamic_shapes:
@@ -518,10 +525,15 @@ def _call_latency(median: float | None, runs: list[float]) -> str:
     return format_seconds(median) + _spread((quantile(runs, 0.1), quantile(runs, 0.9)), median)
 
 
-def _calls_table(observations: list[ObservationResult]) -> str:
+def _calls_table(model: ModelResult) -> str:
+    observations = model.observations
+    by_graph = len(model.graphs) > 1
+    stand_ins = any(obs.stand_ins for obs in observations)
     header = ["call", "abs", "rel", "hist", "torch", "ORT", "SUCCESS"]
-    rows = [
-        [
+    header += ["graph"] * by_graph + ["fed as empty"] * stand_ins
+    rows = []
+    for obs in observations[:_MAX_OBS_ROWS]:
+        row: list[object] = [
             obs.index,
             format_float(obs.abs),
             format_float(obs.rel),
@@ -530,13 +542,42 @@ def _calls_table(observations: list[ObservationResult]) -> str:
             _call_latency(obs.ort_latency_s, obs.ort_latencies_s),
             Markup(_success(obs)),
         ]
-        for obs in observations[:_MAX_OBS_ROWS]
-    ]
+        if by_graph:
+            row.append(obs.family or NONE)
+        if stand_ins:
+            row.append(", ".join(obs.stand_ins[:_MAX_LISTED_INPUTS]) or NONE)
+        rows.append(row)
     table = markdown_table(header, rows, max_cell=200)
     hidden = len(observations) - _MAX_OBS_ROWS
     if hidden > 0:
         table += f"\n\n… {plural(hidden, 'more call')} not shown."
     return table
+
+
+def _graphs_suffix(model: ModelResult) -> str:
+    return f" · {len(model.graphs)} graphs" if len(model.graphs) > 1 else ""
+
+
+def _graphs_table(model: ModelResult) -> str:
+    """One row per exported graph: the calls it serves and why it exists."""
+    header = ["graph", "calls", "export", "probe", "why a graph of its own"]
+    rows = [
+        [
+            graph.name,
+            _calls_list(graph.observation_indices),
+            Markup(_export_cell(graph.export, None)),
+            Markup(_probe_cell(graph.probe)),
+            graph.reason or "the main graph",
+        ]
+        for graph in model.graphs
+    ]
+    return "**Graphs (one per call family):**\n\n" + markdown_table(header, rows, max_cell=300)
+
+
+def _calls_list(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:_MAX_LISTED_CALLS])
+    hidden = len(indices) - _MAX_LISTED_CALLS
+    return shown + (f" (+{hidden})" if hidden > 0 else "")
 
 
 def _io_list(observations: list[ObservationResult]) -> str:

@@ -338,15 +338,6 @@ def process_model(
     for graph in result.graphs:
         if graph.export is not None:
             result.notes.extend(n for n in graph.export.notes if n not in result.notes)
-    if len(result.graphs) > 1:
-        result.notes.append(
-            f"{len(result.graphs)} graphs, one per call family: "
-            + "; ".join(
-                f"{g.name} serves calls {g.observation_indices}"
-                + (f" ({g.reason})" if g.reason else "")
-                for g in result.graphs
-            )
-        )
     failed = [g for g in result.graphs if g.export is None or not g.export.ok]
     if failed:
         g = failed[0]

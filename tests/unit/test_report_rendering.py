@@ -233,3 +233,75 @@ def test_no_untrusted_string_changes_the_report_structure(text):
     assert tags == benign_tags  # no element added, removed or moved
     assert tables == benign_tables  # no column or row added
     assert not MENTION_RE.search(all_text)
+
+
+def two_graph_model(stand_in: str = "past_key_values_key_0") -> ModelResult:
+    from observer_ci.results import GraphResult
+
+    shared = ExportResult(ok=True, node_count=40, seconds=2.0, input_names=["input_ids"])
+    first = ExportResult(ok=True, node_count=30, seconds=1.5, input_names=["input_ids"])
+    rows = [obs(0, family="decoder_model"), obs(1, family="decoder_with_past_model")]
+    rows.append(obs(2, family="decoder_with_past_model", stand_ins=[stand_in]))
+    return ModelResult(
+        name="whisper",
+        script="examples/families/whisper_generate.py",
+        status="ok",
+        export=shared,
+        observations=rows,
+        probe=ProbeResult(ran=True, ok=True, success=True),
+        graphs=[
+            GraphResult(
+                "decoder_with_past_model",
+                [1, 2],
+                "",
+                shared,
+                ProbeResult(ran=True, ok=True, success=True),
+            ),
+            GraphResult(
+                "decoder_model",
+                [0],
+                f"these calls did not pass {stand_in}, which has no empty form",
+                first,
+                ProbeResult(ran=True, ok=False, error="boom"),
+            ),
+        ],
+    )
+
+
+def test_call_families_get_a_graph_table_and_a_graph_column():
+    markdown = render_report(RunResults(models=[two_graph_model()]), [], None)
+    parsed = parse(markdown)
+    assert "**Graphs (one per call family):**" in markdown
+    assert "| decoder_with_past_model | 1, 2 | 2 s · 40 nodes | ✅ | the main graph |" in markdown
+    assert (
+        "| decoder_model | 0 | 1.5 s · 30 nodes | ❌ failed | these calls did not pass "
+        "past_key_values_key_0, which has no empty form |"
+    ) in markdown
+    # calls table: a graph column and the stand-ins fed as empty
+    calls = [ln for ln in markdown.splitlines() if ln.startswith("| call |")]
+    assert calls and calls[0].endswith("| graph | fed as empty |")
+    assert "| decoder_with_past_model | past_key_values_key_0 |" in markdown
+    assert "· 2 graphs" in markdown.split("### Details")[0]  # in the summary table
+    for rows in parsed.tables:
+        assert len(set(rows)) == 1, rows
+
+
+def test_hostile_stand_in_names_stay_in_their_cells():
+    markdown = render_report(RunResults(models=[two_graph_model(HOSTILE)]), [], None)
+    parsed = parse(markdown)
+    assert "script" not in parsed.tags and not MENTION_RE.search(parsed.all_text)
+    for rows in parsed.tables:
+        assert len(set(rows)) == 1, rows
+
+
+def test_one_graph_keeps_the_plain_calls_table():
+    model = two_graph_model()
+    model.graphs = model.graphs[:1]
+    for row in model.observations:
+        row.stand_ins = []
+    markdown = render_report(RunResults(models=[model]), [], None)
+    assert "Graphs (one per call family)" not in markdown and "graphs" not in markdown.split(
+        "### Details"
+    )[0]
+    header = next(ln for ln in markdown.splitlines() if ln.startswith("| call |"))
+    assert header.endswith("| SUCCESS |")
