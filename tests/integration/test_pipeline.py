@@ -11,6 +11,7 @@ import torch
 from observer_ci import InputObserver, observe
 from observer_ci.export import export_observed
 from observer_ci.registry import take_registered
+from observer_ci.report import render_report
 from observer_ci.results import (
     STATUS_EXPORT_FAILED,
     STATUS_OK,
@@ -246,4 +247,5 @@ def test_call_failing_on_empty_stand_in_gets_a_graph_of_its_own(tmp_path):
     first, *others = result.observations
     assert first.family == "model_without_mask" and first.success and not first.stand_ins
     assert all(o.success and o.family == "model" for o in others)
-    assert any("2 graphs" in n for n in result.notes)
+    report = render_report(RunResults(models=[result]), [], None)
+    assert "| model_without_mask | 0 |" in report and "| model | 1, 2 |" in report
