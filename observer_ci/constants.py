@@ -25,3 +25,42 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL_ERROR = 3
+
+# The action's ``status`` output: the gate passed, a fail_on rule tripped, or observer-ci
+# itself failed (exit code 3). action.yml, composite/action.yml and the README list these.
+GATE_SUCCESS = "success"
+GATE_FAILURE = "failure"
+GATE_ERROR = "error"
+GATE_STATUSES = (GATE_SUCCESS, GATE_FAILURE, GATE_ERROR)
+
+# The action's ``comment_status`` output (what became of the sticky comment); every value
+# the code writes is one of these, and action.yml, composite/action.yml and the README
+# list exactly these (tests/unit/test_output_values.py).
+COMMENT_CREATED = "created"
+COMMENT_UPDATED = "updated"
+COMMENT_SUPERSEDED = "superseded"  # a newer run's report was there: left as it was
+COMMENT_FORBIDDEN = "forbidden"  # 403: e.g. a fork's read-only token
+COMMENT_RATE_LIMITED = "rate-limited"
+COMMENT_FAILED = "failed"
+COMMENT_DISABLED = "disabled"  # post_comment: false
+COMMENT_DRY_RUN = "dry-run"
+COMMENT_NO_TOKEN = "no-token"
+COMMENT_NOT_A_PULL_REQUEST = "not-a-pull-request"
+# Publish mode only:
+COMMENT_REJECTED = "rejected"  # the payload is invalid or not the pull request's
+COMMENT_STALE = "stale"  # the pull request has newer commits: its own run will publish
+COMMENT_NO_PAYLOAD = "no-payload"
+PUBLISH_ONLY_COMMENT_STATUSES = (COMMENT_REJECTED, COMMENT_STALE, COMMENT_NO_PAYLOAD)
+COMMENT_STATUSES = (
+    COMMENT_CREATED,
+    COMMENT_UPDATED,
+    COMMENT_SUPERSEDED,
+    COMMENT_FORBIDDEN,
+    COMMENT_RATE_LIMITED,
+    COMMENT_FAILED,
+    COMMENT_DISABLED,
+    COMMENT_DRY_RUN,
+    COMMENT_NO_TOKEN,
+    COMMENT_NOT_A_PULL_REQUEST,
+    *PUBLISH_ONLY_COMMENT_STATUSES,
+)
