@@ -47,6 +47,16 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def format_seconds_range(low: float, high: float) -> str:
+    """``1.9–2.1 ms``, or ``940 µs–1.22 ms`` when the ends need different units."""
+    low_text, high_text = format_seconds(low), format_seconds(high)
+    low_number, _, low_unit = low_text.rpartition(" ")
+    high_number, _, high_unit = high_text.rpartition(" ")
+    if low_unit == high_unit and low_number and high_number and "min" not in low_text + high_text:
+        return f"{low_number}–{high_text}"
+    return f"{low_text}–{high_text}"
+
+
 def format_bytes(size: int | float | None) -> str:
     """Human size in binary units: ``512 B``, ``1.5 KiB``, ``12.3 MiB``; None is ``–``."""
     if size is None:
@@ -62,6 +72,13 @@ def format_bytes(size: int | float | None) -> str:
 def format_ratio(value: float | None) -> str:
     """``×1.52``; None is ``–``."""
     return NONE if value is None else f"×{format_float(value)}"
+
+
+def format_ratio_range(low: float | None, high: float | None) -> str:
+    """``×0.98–1.12``; ``–`` when either end is missing."""
+    if low is None or high is None:
+        return NONE
+    return f"×{format_float(low)}–{format_float(high)}"
 
 
 def format_shape(shape: Iterable[int | str] | None) -> str:
