@@ -17,6 +17,19 @@ COMMENT_KEY_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 GITHUB_COMMENT_MAX_CHARS = 65536
 # GitHub rejects step summaries over 1 MiB (bytes).
 STEP_SUMMARY_MAX_BYTES = 1_000_000
+# The dtype codes of the per-call input/output summaries (``T7s2x5`` is an int64 tensor of
+# shape 2x5): ONNX's TensorProto numbers. structure.py writes them, the report reads them.
+TENSOR_TYPE_CODES = {
+    "float32": 1,
+    "uint8": 2,
+    "int8": 3,
+    "int32": 6,
+    "int64": 7,
+    "bool": 9,
+    "float16": 10,
+    "float64": 11,
+    "bfloat16": 16,
+}
 # The ONNX opset every export targets.
 DEFAULT_OPSET = 20
 # Exit codes of the action and the command line: 1 means "a fail_on rule tripped" and

@@ -36,6 +36,7 @@ from observer_ci.report_format import (
     markdown_table,
     plural,
     ratio,
+    readable_tensors,
 )
 from observer_ci.results import (
     STATUS_DISCREPANCY,
@@ -98,6 +99,8 @@ _MAX_MESSAGE = 300
 _URL_RE = re.compile(r"^https?://[^\s<>()\"'`\[\]]+$")
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _AUTO_DIM_RE = re.compile(r"^s\d+$")
+_DIM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # not an expression like "a + b"
+_NOT_PASSED = "not passed"
 _ENV_FIELDS = (
     ("torch", "torch"),
     ("onnx", "onnx"),
@@ -234,9 +237,12 @@ class _Renderer:
             text += ": absolute thresholds only."
         else:
             base_sha = _short_sha(self.base.commit)
-            label = _inline(self.base.label or "base", 80)
+            label = _inline(self.base.label, 80) if self.base.label not in ("", "base") else ""
             text = f"Head {head_sha} vs" if head_sha else "Compared with"
-            text += f" base {base_sha} ({label})." if base_sha else f" base **{label}**."
+            if base_sha:
+                text += f" base {base_sha}" + (f" ({label})." if label else ".")
+            else:
+                text += f" base **{label}**." if label else " the base run."
         if self.run_url:
             text += f" [Workflow run]({self.run_url})"
         return text
@@ -289,19 +295,21 @@ class _Renderer:
         limit = {LEVEL_NO_CALLS: 160, LEVEL_NO_INPUTS: 160, LEVEL_MINIMAL: 100}.get(
             level, _MAX_MESSAGE
         )
-        rows = [
-            [
-                Markup(_regression_icon(r)),
-                r.model,
-                r.rule,
-                _value(r.rule, r.base_value),
-                _value(r.rule, r.head_value),
-                r.message,
-            ]
-            for r in self.regressions
-        ]
-        header = ["", "model", "rule", "base", "head", "message"]
-        heading = "### Regressions vs base" if self.base is not None else "### Regressions"
+        # base/head values only when some row has one (warnings such as stand-ins have none)
+        values = any(r.base_value is not None or r.head_value is not None for r in self.regressions)
+        rows = []
+        for r in self.regressions:
+            row: list[object] = [Markup(_regression_icon(r)), r.model, r.rule]
+            if values:
+                row += [_value(r.rule, r.base_value), _value(r.rule, r.head_value)]
+            rows.append([*row, r.message])
+        header = ["", "model", "rule", *(["base", "head"] if values else []), "message"]
+        # only warnings: they do not fail the build, and most are not about the base
+        heading = (
+            "### Regressions" if any(r.fails_build for r in self.regressions) else "### Warnings"
+        )
+        if self.base is not None and heading == "### Regressions":
+            heading += " vs base"
         return f"{heading}\n\n" + markdown_table(header, rows, max_cell=limit)
 
     def chart(self) -> str:
@@ -482,11 +490,13 @@ def _dims_cell(export: ExportResult | None) -> str:
     """The distinct symbolic dims of the exported inputs: ``batch, seq`` or ``s77``."""
     if export is None or not export.ok:
         return NONE
-    names = list(
-        dict.fromkeys(d for dims in export.input_dims.values() for d in dims if isinstance(d, str))
-    )
-    if not names:
+    found = [d for dims in export.input_dims.values() for d in dims if isinstance(d, str)]
+    if not found:
         return "none"
+    # an expression of other dims ("past_sequence_length + sequence_length") is no new dim
+    names = list(dict.fromkeys(d for d in found if _DIM_NAME_RE.match(d))) or list(
+        dict.fromkeys(found)
+    )
     named = [n for n in names if not _AUTO_DIM_RE.match(n)] or names
     shown = ", ".join(_inline(n, 30) for n in named[:_MAX_DIMS_SHOWN])
     hidden = len(names) - min(len(named), _MAX_DIMS_SHOWN)
@@ -522,7 +532,9 @@ def _environment_diff(base: dict[str, Any], head: dict[str, Any]) -> str:
 
 
 def _shapes_seen(info: InputInfo) -> str:
-    distinct = list(dict.fromkeys(format_shape(s) for s in info.shapes))
+    distinct = list(
+        dict.fromkeys(_NOT_PASSED if s is None else format_shape(s) for s in info.shapes)
+    )
     text = ", ".join(distinct[:_MAX_SHAPES])
     if len(distinct) > _MAX_SHAPES:
         text += f", … (+{len(distinct) - _MAX_SHAPES})"
@@ -577,15 +589,15 @@ def _call_latency(median: float | None, runs: list[float]) -> str:
 
 
 def _calls_table(observations: list[ObservationResult]) -> str:
-    header = ["call", "abs", "rel", "hist", "torch", "ORT", "SUCCESS"]
+    header = ["call", "abs", "rel", "hist", "ORT", "torch", "SUCCESS"]  # as in the summary
     rows = [
         [
             obs.index,
             format_float(obs.abs),
             format_float(obs.rel),
             _hist(obs.hist),
-            _call_latency(obs.torch_latency_s, obs.torch_latencies_s),
             _call_latency(obs.ort_latency_s, obs.ort_latencies_s),
+            _call_latency(obs.torch_latency_s, obs.torch_latencies_s),
             Markup(_success(obs)),
         ]
         for obs in observations[:_MAX_OBS_ROWS]
@@ -599,7 +611,8 @@ def _calls_table(observations: list[ObservationResult]) -> str:
 
 def _io_list(observations: list[ObservationResult]) -> str:
     items = [
-        f"- call {o.index}: {_inline(o.inputs or NONE, 300)} → {_inline(o.outputs or NONE, 300)}"
+        f"- call {o.index}: {_inline(readable_tensors(o.inputs) or NONE, 300)} → "
+        f"{_inline(readable_tensors(o.outputs) or NONE, 300)}"
         for o in observations[:_MAX_OBS_ROWS]
         if o.inputs or o.outputs
     ]

@@ -6,11 +6,15 @@ row; every cell is escaped here unless it is :class:`Markup` the report wrote.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
+from observer_ci.constants import TENSOR_TYPE_CODES
 from observer_ci.escape import escape_cell
 
 NONE = "–"
+_TENSOR_RE = re.compile(r"\bT(\d+)s(\d+(?:x\d+)*|scalar)\b")
+_TYPE_NAMES = {str(code): name for name, code in TENSOR_TYPE_CODES.items()}
 
 
 class Markup(str):
@@ -94,6 +98,17 @@ def ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or den == 0:
         return None
     return num / den
+
+
+def readable_tensors(summary: str) -> str:
+    """``dict(x:T7s2x5)`` as ``dict(x:int64[2×5])``: the per-call summaries spelled out."""
+
+    def spell(match: re.Match[str]) -> str:
+        dtype = _TYPE_NAMES.get(match.group(1), f"T{match.group(1)}")
+        dims = match.group(2)
+        return f"{dtype} scalar" if dims == "scalar" else f"{dtype}[{dims.replace('x', '×')}]"
+
+    return _TENSOR_RE.sub(spell, summary)
 
 
 def plural(n: int, word: str) -> str:

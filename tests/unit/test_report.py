@@ -140,8 +140,8 @@ def test_small_report_leads_with_verdict_summary_and_regressions(small):
         "<details><summary>✅ tiny · ok · examples/tiny.py</summary>",
         "| input | dtype | shapes seen | dynamic dims |",
         "2×8, 4×8, 3×8",
-        "| call | abs | rel | hist | torch | ORT | SUCCESS |",
-        "- call 0: dict(x:T1s2x8) → T1s2x4",
+        "| call | abs | rel | hist | ORT | torch | SUCCESS |",
+        "- call 0: dict(x:float32\\[2×8]) → float32\\[2×4]",
         "**Unseen-shape probe:** ✅ · x: 5×8",
         "**Export:** ✅ 2.5 s · opset 18 · 12 nodes · 3 MiB · ONNX inputs: x (batch×8)",
         "**Export:** ❌ failed",
@@ -242,7 +242,7 @@ def test_detail_is_dropped_progressively(small):
     less = render_report(head, regs, base, max_chars=len(full) - 1)
     assert len(less) <= len(full) - 1
     assert TRUNCATION_NOTE in less
-    assert "dict(x:T1s2x8)" not in less  # (1) per-call inputs/outputs go first
+    assert "dict(x:float32" not in less  # (1) per-call inputs/outputs go first
     assert "| SUCCESS |" in less  # but the per-call tables stay
     assert "shapes seen" in less
 
