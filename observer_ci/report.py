@@ -334,21 +334,27 @@ class _Renderer:
     def legend(self) -> str:
         th = self.thresholds
         env = _environment_line(self.head.environment)
+        against = self.base is not None
         lines = [
             "<details><summary>How to read this report: columns, thresholds, environment</summary>",
             "",
-            "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node "
-            "count; `(×1.2)` is the change against base.",
+            "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node count"
+            + ("; `(×1.2)` is the change against base." if against else "."),
             "- **worst abs / worst rel**: largest difference between torch and onnxruntime "
             "outputs over every replayed call; rel is `|torch - ort| / (|torch| + 1e-3)`.",
             "- **ORT / torch**: median latency of a call over the timed runs; in brackets the "
-            "10th and 90th percentiles of those runs (the noise of this machine); "
-            "`· ×1.2 vs base` compares with base's separate run.",
-            "- **ORT vs base**: head/base ORT latency. `paired`: both graphs timed "
-            "alternately in one process on head's inputs (the median of the pair ratios; "
-            "in brackets their 10th and 90th percentiles), so both see the same machine "
-            "load. `separate runs`: the ratio of the two runs' medians, timed apart "
-            "(less reliable).",
+            "10th and 90th percentiles of those runs (the noise of this machine)"
+            + ("; `· ×1.2 vs base` compares with base's separate run." if against else "."),
+        ]
+        if self.versus_base:
+            lines.append(
+                "- **ORT vs base**: head/base ORT latency. `paired`: both graphs timed "
+                "alternately in one process on head's inputs (the median of the pair ratios; "
+                "in brackets their 10th and 90th percentiles), so both see the same machine "
+                "load. `separate runs`: the ratio of the two runs' medians, timed apart "
+                "(less reliable)."
+            )
+        lines += [
             "- **probe**: one run at sizes never observed, proof the dynamic dims work.",
             "- **dynamic dims**: symbolic dimensions of the exported graph; names like "
             "`s77` are made up by `torch.export`, and one name is one size in every input.",

@@ -76,3 +76,11 @@ def test_a_base_without_commit_or_label_is_the_base_run():
     assert "Compared with the base run." in text and "**base**" not in text
     text = render_report(run(model("m")), [], run(model("m"), label="main"))
     assert "Compared with base **main**." in text
+
+
+def test_without_base_the_legend_explains_no_base_columns():
+    alone = render_report(run(model("m")), [])
+    assert "vs base" not in alone and "(×1.2)" not in alone
+    compared = render_report(run(model("m")), [], run(model("m"), label="base"))
+    assert "- **ORT vs base**: head/base ORT latency." in compared
+    assert "`(×1.2)` is the change against base" in compared
