@@ -569,7 +569,7 @@ def _inputs_table(inputs: list[InputInfo]) -> str:
     rows = [
         [
             info.name,
-            info.dtype or NONE,
+            info.dtype.removeprefix("torch.") if info.dtype else NONE,
             _shapes_seen(info),
             _dynamic_dims_cell(info),
         ]
@@ -632,7 +632,9 @@ def _probe_line(probe: ProbeResult | None) -> str:
     if not probe.ran:
         reason = _inline(probe.reason, 200) if probe.reason else "no reason given"
         return f"{label} not run ({reason})"
-    shapes = ", ".join(f"{_inline(k, 80)}: {format_shape(v)}" for k, v in probe.shapes.items())
+    shapes = ", ".join(
+        f"{_inline(k, 80)}: {_inline(format_shape(v), 120)}" for k, v in probe.shapes.items()
+    )
     if probe.success:
         icon = "✅"
     elif probe.ok:

@@ -14,6 +14,7 @@ from observer_ci.escape import escape_cell
 
 NONE = "–"
 _TENSOR_RE = re.compile(r"\bT(\d+)s(\d+(?:x\d+)*|scalar)\b")
+_PLAIN_DIM_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _TYPE_NAMES = {str(code): name for name, code in TENSOR_TYPE_CODES.items()}
 
 
@@ -86,10 +87,13 @@ def format_ratio_range(low: float | None, high: float | None) -> str:
 
 
 def format_shape(shape: Iterable[int | str] | None) -> str:
-    """``2×8``; a scalar is ``()``; a missing input is ``–``."""
+    """``2×8``; a scalar is ``()``; a missing input is ``–``; a dim that is an expression
+    is bracketed: ``batch×(past + seq)``."""
     if shape is None:
         return NONE
-    dims = [str(d) for d in shape]
+    dims = [
+        str(d) if _PLAIN_DIM_RE.match(str(d)) or isinstance(d, int) else f"({d})" for d in shape
+    ]
     return "×".join(dims) if dims else "()"
 
 

@@ -53,10 +53,12 @@ def test_the_dims_column_lists_dims_not_expressions_of_them():
     assert "| batch + 1 |" in render_report(run(model("m", export=export(input_dims=only))), [])
 
 
-def test_absent_inputs_and_scalars_are_spelled_out():
-    inputs = [InputInfo("memory", "float32", [None, [3, 4], []], [])]
-    text = render_report(run(model("m", inputs=inputs)), [])
+def test_absent_inputs_scalars_dtypes_and_derived_dims_are_spelled_out():
+    inputs = [InputInfo("memory", "torch.float32", [None, [3, 4], []], [])]
+    dims = {"mask": ["batch", "past + seq"], "x": [-1, "s_1"]}
+    text = render_report(run(model("m", inputs=inputs, export=export(input_dims=dims))), [])
     assert "| memory | float32 | not passed, 3×4, () |" in text
+    assert "ONNX inputs: x (-1×s_1), mask (batch×(past + seq))" in text
 
 
 @pytest.mark.parametrize(
@@ -84,3 +86,12 @@ def test_without_base_the_legend_explains_no_base_columns():
     compared = render_report(run(model("m")), [], run(model("m"), label="base"))
     assert "- **ORT vs base**: head/base ORT latency." in compared
     assert "`(×1.2)` is the change against base" in compared
+
+
+def test_a_hostile_probe_shape_from_a_payload_stays_text():
+    from observer_ci.results import ProbeResult
+
+    probe = ProbeResult(ran=True, ok=True, success=True, shapes={"x": ["<img src=x>@a", 3]})
+    text = render_report(run(model("m", probe=probe)), [])
+    assert "<img" not in text and "@a" not in text
+    assert "**Unseen-shape probe:** ✅ · x: (&lt;img src=x>@\u200da)×3" in text
