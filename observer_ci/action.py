@@ -19,7 +19,15 @@ from pathlib import Path
 
 from observer_ci import workflow
 from observer_ci.artifact import Payload, write_payload
-from observer_ci.constants import EXIT_INTERNAL_ERROR, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from observer_ci.constants import (
+    EXIT_INTERNAL_ERROR,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    EXIT_USAGE,
+    GATE_ERROR,
+    GATE_FAILURE,
+    GATE_SUCCESS,
+)
 from observer_ci.escape import code_block
 from observer_ci.github import RenderReport, post_report
 from observer_ci.isolation import secure_environment
@@ -160,7 +168,7 @@ def write_and_summarise(
         progress.summary_written = True
     workflow.annotate(regressions)
     outputs = {
-        "status": "failure" if any(r.fails_build for r in regressions) else "success",
+        "status": GATE_FAILURE if any(r.fails_build for r in regressions) else GATE_SUCCESS,
         "results_path": str(out / "results.json"),
         "report_path": str(out / "report.md"),
         "regressions": str(sum(r.fails_build for r in regressions)),
@@ -211,7 +219,7 @@ def _internal_error(settings: Settings, progress: _Progress, error: Exception) -
                 report.read_text(encoding="utf-8") if report.is_file() else "",
             )
         )
-    outputs = {**progress.outputs, "status": "error"}
+    outputs = {**progress.outputs, "status": GATE_ERROR}
     if (out / "results.json").is_file():
         outputs.setdefault("results_path", str(out / "results.json"))
     _best_effort(lambda: write_outputs(settings, outputs))

@@ -25,11 +25,21 @@ import datetime
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from observer_ci.constants import (
+    COMMENT_CREATED,
+    COMMENT_DISABLED,
+    COMMENT_DRY_RUN,
+    COMMENT_FAILED,
+    COMMENT_FORBIDDEN,
     COMMENT_KEY_PATTERN,
+    COMMENT_NO_TOKEN,
+    COMMENT_NOT_A_PULL_REQUEST,
+    COMMENT_RATE_LIMITED,
+    COMMENT_SUPERSEDED,
+    COMMENT_UPDATED,
     DEFAULT_COMMENT_KEY,
     GITHUB_COMMENT_MAX_CHARS,
     MARKER,
@@ -55,7 +65,7 @@ class PostResult:
     """What :func:`upsert_sticky_comment` did: ``superseded`` when a newer run's report
     was already there (left as it was); ``deleted`` counts the duplicates removed."""
 
-    action: Literal["created", "updated", "superseded"]
+    action: str  # COMMENT_CREATED, COMMENT_UPDATED or COMMENT_SUPERSEDED
     comment_id: int
     html_url: str
     deleted: int = 0
@@ -257,7 +267,7 @@ def _upsert_once(
     created: dict | None = None
     if not copies:
         path = f"{_repo_path(owner, repo)}/issues/{int(pr_number)}/comments"
-        created = _checked("created", client.post_json(path, {"body": body}))
+        created = _checked(COMMENT_CREATED, client.post_json(path, {"body": body}))
         identity = identity or comment_login(created) or None
         # another run may have created its copy at the same moment: list again
         copies = our_copies(_list(client, owner, repo, pr_number), marker.key, identity)
@@ -284,7 +294,7 @@ def _converge(
     if keep.get("body") != wanted:
         path = f"{_repo_path(owner, repo)}/issues/comments/{int(keep['id'])}"
         try:
-            keep = _checked("updated", client.patch_json(path, {"body": wanted}))
+            keep = _checked(COMMENT_UPDATED, client.patch_json(path, {"body": wanted}))
         except GitHubError as exc:
             if exc.status == 404:  # deleted since we listed it: list again and retry
                 exc.ambiguous = True
@@ -295,18 +305,17 @@ def _converge(
             deleted += 1
     if deleted:
         logger.info("removed %d duplicate sticky comment(s)", deleted)
-    action: Literal["created", "updated", "superseded"]
     if not ours_is_newest:
-        action = "superseded"
+        action = COMMENT_SUPERSEDED
         logger.info(
             "a newer run (%s, attempt %s) already reported here: left as it is",
             _marker_of(newest).run,
             _marker_of(newest).attempt,
         )
     elif created is not None and keep.get("id") == created.get("id"):
-        action = "created"
+        action = COMMENT_CREATED
     else:
-        action = "updated"
+        action = COMMENT_UPDATED
     return PostResult(action, int(keep["id"]), str(keep.get("html_url") or ""), deleted)
 
 
@@ -351,19 +360,19 @@ def post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
 
 def _post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
     if not settings.post_comment:
-        return {"comment": "disabled"}
+        return {"comment": COMMENT_DISABLED}
     if settings.dry_run:
         logger.info("dry run: not posting")
-        return {"comment": "dry-run"}
+        return {"comment": COMMENT_DRY_RUN}
     if settings.event.warning:
         logger.info("the event could not be read: no comment posted")
-        return {"comment": "failed"}
+        return {"comment": COMMENT_FAILED}
     if settings.pr_number is None:
         logger.info("not a pull request event: no comment")
-        return {"comment": "not-a-pull-request"}
+        return {"comment": COMMENT_NOT_A_PULL_REQUEST}
     if not settings.token:
         command("warning", "no token: the report is in the job summary only")
-        return {"comment": "no-token"}
+        return {"comment": COMMENT_NO_TOKEN}
     try:
         marker = sticky_marker(
             settings.sticky_key or DEFAULT_COMMENT_KEY,
@@ -378,7 +387,7 @@ def _post_report(settings: Settings, render: RenderReport) -> dict[str, str]:
         return {"comment": kind}
     except Exception as e:  # a failed post must never hide the results already written
         command("warning", f"could not post: {type(e).__name__}: {e}")
-        return {"comment": "failed"}
+        return {"comment": COMMENT_FAILED}
     logger.info("comment %s: %s", posted.action, posted.html_url)
     return {"comment": posted.action, "comment_url": posted.html_url}
 
@@ -394,7 +403,7 @@ def post_failure(error: GitHubError, now: float | None = None) -> tuple[str, str
             minutes = max(0, round((error.rate_limit_reset - now) / 60))
             when = f"; it resets at {at:%H:%M:%S} UTC (in about {minutes} min)"
         return (
-            "rate-limited",
+            COMMENT_RATE_LIMITED,
             f"could not post the PR comment: GitHub's API rate limit{when}: {error}",
         )
     if error.status == 403:
@@ -402,8 +411,8 @@ def post_failure(error: GitHubError, now: float | None = None) -> tuple[str, str
             " (a pull request from a fork gets a read-only token: post from a workflow_run"
             " job with mode: publish, see the README's two-step example)"
         )
-        return "forbidden", f"could not post the PR comment{hint}: {error}"
-    return "failed", f"could not post the PR comment: {error}"
+        return COMMENT_FORBIDDEN, f"could not post the PR comment{hint}: {error}"
+    return COMMENT_FAILED, f"could not post the PR comment: {error}"
 
 
 def _upsert_fitting(

@@ -19,6 +19,12 @@ from urllib.parse import quote
 from observer_ci import workflow
 from observer_ci.action import write_and_summarise, write_outputs
 from observer_ci.artifact import ArtifactError, NoPayloadError, Part, read_parts
+from observer_ci.constants import (
+    COMMENT_FAILED,
+    COMMENT_NO_PAYLOAD,
+    COMMENT_REJECTED,
+    COMMENT_STALE,
+)
 from observer_ci.github import post_report, repo_from_env
 from observer_ci.github_client import GitHubClient, GitHubError
 from observer_ci.logs import logger
@@ -47,7 +53,7 @@ class Combined:
 class Rejected(Exception):
     """The payload must not be posted; ``status`` is the ``comment_status`` output."""
 
-    def __init__(self, message: str, status: str = "rejected") -> None:
+    def __init__(self, message: str, status: str = COMMENT_REJECTED) -> None:
         super().__init__(message)
         self.status = status
 
@@ -60,7 +66,7 @@ def publish(settings: Settings) -> int:
         combined = combine(read_parts(settings.payload_path), settings.comment_key, run_id)
     except NoPayloadError as e:
         workflow.command("warning", f"{e}: nothing to publish")
-        write_outputs(settings, {"comment_status": "no-payload"})
+        write_outputs(settings, {"comment_status": COMMENT_NO_PAYLOAD})
         return 0
     except ArtifactError as e:
         return _reject(settings, str(e))
@@ -83,10 +89,10 @@ def publish(settings: Settings) -> int:
         try:
             verify_origin(target)
         except Rejected as e:
-            level = "error" if e.status == "rejected" else "warning"
+            level = "error" if e.status == COMMENT_REJECTED else "warning"
             workflow.command(level, f"not posting: {e}")
             write_outputs(settings, {**outputs, "comment_status": e.status})
-            return EXIT_REJECTED if e.status == "rejected" else 0
+            return EXIT_REJECTED if e.status == COMMENT_REJECTED else 0
     outputs.update(post_report(target, render))
     write_outputs(settings, outputs)
     return 0
@@ -158,7 +164,7 @@ def verify_origin(settings: Settings) -> None:
     except GitHubError as e:
         raise Rejected(
             f"run {settings.run_id} could not be read ({e}); the job needs actions: read",
-            "failed",
+            COMMENT_FAILED,
         ) from None
     if run.get("head_sha") != settings.head_sha:
         raise Rejected(f"the payload's commit is not the head commit of run {settings.run_id}")
@@ -178,7 +184,7 @@ def verify_origin(settings: Settings) -> None:
         raise Rejected(
             f"pull request #{pr} has newer commits than run {settings.run_id}: "
             "its own run will publish",
-            "stale",
+            COMMENT_STALE,
         )
     logger.info("pull request #%s belongs to run %s", pr, settings.run_id)
 
@@ -189,5 +195,5 @@ def _object(value: Any) -> dict:
 
 def _reject(settings: Settings, reason: str) -> int:
     workflow.command("error", f"payload rejected, nothing posted: {reason}")
-    write_outputs(settings, {"comment_status": "rejected"})
+    write_outputs(settings, {"comment_status": COMMENT_REJECTED})
     return EXIT_REJECTED

@@ -22,18 +22,21 @@ from typing import Any
 from observer_ci.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
 from observer_ci.constants import MARKER
 from observer_ci.escape import code_block, escape_cell, escape_html, truncate
-from observer_ci.report_chart import latency_chart
+from observer_ci.report_chart import SOURCE_PAIRED, chart_points, latency_chart
 from observer_ci.report_format import (
     NONE,
     Markup,
     format_bytes,
     format_float,
     format_ratio,
+    format_ratio_range,
     format_seconds,
+    format_seconds_range,
     format_shape,
     markdown_table,
     plural,
     ratio,
+    readable_tensors,
 )
 from observer_ci.results import (
     STATUS_DISCREPANCY,
@@ -44,6 +47,7 @@ from observer_ci.results import (
     InputInfo,
     ModelResult,
     ObservationResult,
+    PairedLatency,
     ProbeResult,
     RunResults,
     quantile,
@@ -97,6 +101,8 @@ _MAX_MESSAGE = 300
 _URL_RE = re.compile(r"^https?://[^\s<>()\"'`\[\]]+$")
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _AUTO_DIM_RE = re.compile(r"^s\d+$")
+_DIM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # not an expression like "a + b"
+_NOT_PASSED = "not passed"
 _ENV_FIELDS = (
     ("torch", "torch"),
     ("onnx", "onnx"),
@@ -146,11 +152,15 @@ def _change(new: float | None, old: float | None) -> str:
     return "" if value is None else f" ({format_ratio(value)})"
 
 
-def _spread(runs: tuple[float, float] | None, median: float | None) -> str:
-    """`` ±4%``: half the p10–p90 range of the timed runs, relative to the median."""
-    if runs is None or not median:
-        return ""
-    return f" ±{(runs[1] - runs[0]) / 2 / median:.0%}"
+def _spread(runs: tuple[float, float] | None) -> str:
+    """`` (0.94–1.22 ms)``: the 10th and 90th percentiles of the timed runs, or ""."""
+    return "" if runs is None else f" ({format_seconds_range(*runs)})"
+
+
+def _paired(model: ModelResult | None) -> PairedLatency | None:
+    """The model's paired (interleaved) base/head timing, when it has a ratio."""
+    paired = model.paired_latency if model is not None else None
+    return paired if paired is not None and paired.ratio is not None else None
 
 
 # -- the report -------------------------------------------------------------------------
@@ -178,6 +188,8 @@ class _Renderer:
         for reg in self.regressions:
             self.by_model.setdefault(reg.model, []).append(reg)
         self.base_models = base.by_name() if base is not None else {}
+        # the "ORT vs base" column: with a base, or a paired timing (results merged later)
+        self.versus_base = base is not None or any(_paired(m) for m in head.models)
         self._cache: dict[tuple, str] = {}
 
     def cached(self, key: tuple, make: Callable[[], str]) -> str:
@@ -227,9 +239,12 @@ class _Renderer:
             text += ": absolute thresholds only."
         else:
             base_sha = _short_sha(self.base.commit)
-            label = _inline(self.base.label or "base", 80)
+            label = _inline(self.base.label, 80) if self.base.label not in ("", "base") else ""
             text = f"Head {head_sha} vs" if head_sha else "Compared with"
-            text += f" base {base_sha} ({label})." if base_sha else f" base **{label}**."
+            if base_sha:
+                text += f" base {base_sha}" + (f" ({label})." if label else ".")
+            else:
+                text += f" base **{label}**." if label else " the base run."
         if self.run_url:
             text += f" [Workflow run]({self.run_url})"
         return text
@@ -247,8 +262,10 @@ class _Renderer:
     def summary_table(self) -> str:
         if not self.head.models:
             return "No models were observed."
-        header = ["", "model", "export", "worst abs", "worst rel", "ORT", "torch", "probe"]
-        header.append("dynamic dims")
+        header = ["", "model", "export", "worst abs", "worst rel", "ORT"]
+        if self.versus_base:
+            header.append("ORT vs base")
+        header += ["torch", "probe", "dynamic dims"]
         rows = [self.summary_row(m) for m in self.ordered_models()]
         return markdown_table(header, rows, max_cell=120)
 
@@ -257,7 +274,7 @@ class _Renderer:
         status = _status_emoji(model.status)
         if model.status != STATUS_OK:
             status += " " + _inline(model.status, 40)
-        return [
+        row: list[object] = [
             Markup(status),
             model.name,
             Markup(
@@ -266,11 +283,16 @@ class _Renderer:
             ),
             Markup(_error_cell(model, old, "abs")),
             Markup(_error_cell(model, old, "rel")),
-            Markup(_latency_cell(model, old, "ort")),
+            Markup(_latency_cell(model, None, "ort")),
+        ]
+        if self.versus_base:
+            row.append(Markup(_ort_versus_base_cell(model, old)))
+        row += [
             Markup(_latency_cell(model, old, "torch")),
             Markup(_probe_cell(model.probe)),
             Markup(_dims_cell(model.export)),
         ]
+        return row
 
     def regressions_table(self, level: int) -> str:
         if not self.regressions:
@@ -278,40 +300,66 @@ class _Renderer:
         limit = {LEVEL_NO_CALLS: 160, LEVEL_NO_INPUTS: 160, LEVEL_MINIMAL: 100}.get(
             level, _MAX_MESSAGE
         )
-        rows = [
-            [
-                Markup(_regression_icon(r)),
-                r.model,
-                r.rule,
-                _value(r.rule, r.base_value),
-                _value(r.rule, r.head_value),
-                r.message,
-            ]
-            for r in self.regressions
-        ]
-        header = ["", "model", "rule", "base", "head", "message"]
-        heading = "### Regressions vs base" if self.base is not None else "### Regressions"
+        # base/head values only when some row has one (warnings such as stand-ins have none)
+        values = any(r.base_value is not None or r.head_value is not None for r in self.regressions)
+        rows = []
+        for r in self.regressions:
+            row: list[object] = [Markup(_regression_icon(r)), r.model, r.rule]
+            if values:
+                row += [_value(r.rule, r.base_value), _value(r.rule, r.head_value)]
+            rows.append([*row, r.message])
+        header = ["", "model", "rule", *(["base", "head"] if values else []), "message"]
+        # only warnings: they do not fail the build, and most are not about the base
+        heading = (
+            "### Regressions" if any(r.fails_build for r in self.regressions) else "### Warnings"
+        )
+        if self.base is not None and heading == "### Regressions":
+            heading += " vs base"
         return f"{heading}\n\n" + markdown_table(header, rows, max_cell=limit)
 
     def chart(self) -> str:
         chart = latency_chart(self.head, self.base)
         if not chart:
             return ""
-        what = "bars head, line base" if self.base is not None else "lower is faster"
+        sources = [p.source for p in chart_points(self.head, self.base) if p.source]
+        paired = sources.count(SOURCE_PAIRED)
+        if not sources:
+            what = "lower is faster"
+        elif paired == len(sources):
+            what = "bars head, line base from the paired timing: head's value ÷ head/base"
+        elif not paired:
+            what = "bars head, line base from base's separate run"
+        else:
+            what = (
+                f"bars head, line base from the paired timing for {paired} of "
+                f"{plural(len(sources), 'model')}, from base's separate run for the others"
+            )
         return f"_ORT latency as a percentage of torch latency per model ({what})._\n\n{chart}"
 
     def legend(self) -> str:
         th = self.thresholds
         env = _environment_line(self.head.environment)
+        against = self.base is not None
         lines = [
             "<details><summary>How to read this report: columns, thresholds, environment</summary>",
             "",
-            "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node "
-            "count; `(×1.2)` is the change against base.",
+            "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node count"
+            + ("; `(×1.2)` is the change against base." if against else "."),
             "- **worst abs / worst rel**: largest difference between torch and onnxruntime "
             "outputs over every replayed call; rel is `|torch - ort| / (|torch| + 1e-3)`.",
-            "- **ORT / torch**: median latency of a call, `±` half the spread between the "
-            "10% and 90% fastest timed runs (the noise of this machine).",
+            "- **ORT / torch**: median latency of a call over the timed runs; in brackets the "
+            "10th and 90th percentiles of those runs (the noise of this machine)"
+            + ("; `· ×1.2 vs base` compares with base's separate run." if against else "."),
+        ]
+        if self.versus_base:
+            lines.append(
+                "- **ORT vs base**: head/base ORT latency. `paired`: both graphs timed "
+                "alternately in one process on head's inputs (the median of the pair ratios; "
+                "in brackets their 10th and 90th percentiles), so both see the same machine "
+                "load. `separate runs`: the ratio of the two runs' medians, timed apart "
+                "(less reliable)."
+            )
+        lines += [
             "- **probe**: one run at sizes never observed, proof the dynamic dims work.",
             "- **dynamic dims**: symbolic dimensions of the exported graph; names like "
             "`s77` are made up by `torch.export`, and one name is one size in every input.",
@@ -321,8 +369,9 @@ class _Renderer:
             f"{format_float(th.rel_max)} (the `discrepancy` rule and SUCCESS).",
             f"- **Against base**: errors may grow ×{format_float(th.abs_growth)} (abs) and "
             f"×{format_float(th.rel_growth)} (rel); latency may grow "
-            f"×{format_float(th.latency_ratio_max)} and is flagged only beyond the noise "
-            "(head's fast runs slower than base's slow runs); node count may grow "
+            f"×{format_float(th.latency_ratio_max)} (the paired ratio when there is one) and "
+            "is flagged only beyond the noise (paired: head slower in 90% of the pairs; "
+            "separate runs: head's 10th percentile over base's 90th); node count may grow "
             f"×{format_float(th.node_growth_max)}.",
             f"- **Environment**: {env}",
             "",
@@ -357,7 +406,12 @@ class _Renderer:
             blocks.append(_cause_lines(model.cause))
         if model.notes:
             blocks.append("\n".join(f"- ⚠️ {_inline(n, 400)}" for n in model.notes))
-        facts = [_export_line(model.export), _probe_line(model.probe), _phases_line(model)]
+        facts = [
+            _export_line(model.export),
+            _probe_line(model.probe),
+            _paired_line(model.paired_latency),
+            _phases_line(model),
+        ]
         blocks.append("  \n".join(f for f in facts if f))
         if len(model.graphs) > 1:
             blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
@@ -410,11 +464,29 @@ def _error_cell(model: ModelResult, old: ModelResult | None, metric: str) -> str
 
 
 def _latency_cell(model: ModelResult, old: ModelResult | None, runtime: str) -> str:
+    """``1 ms (0.94–1.22 ms)``, and `` · ×1.2 vs base`` (separate runs) when ``old``."""
     median = getattr(model, f"median_{runtime}_latency_s")
-    text = format_seconds(median) + _spread(model.latency_range(runtime), median)
+    text = format_seconds(median) + (_spread(model.latency_range(runtime)) if median else "")
     if old is not None and median is not None:
-        text += _change(median, getattr(old, f"median_{runtime}_latency_s"))
+        change = ratio(median, getattr(old, f"median_{runtime}_latency_s"))
+        if change is not None:
+            text += f" · {format_ratio(change)} vs base"
     return text
+
+
+def _ort_versus_base_cell(model: ModelResult, old: ModelResult | None) -> str:
+    """Head/base ORT latency: ``×1.05 paired (×0.98–1.12)`` from the interleaved timing,
+    else ``×1.2 separate runs`` from the medians of the two runs, else ``–``."""
+    paired = _paired(model)
+    if paired is not None:
+        text = f"{format_ratio(paired.ratio)} paired"
+        if paired.ratio_low is not None and paired.ratio_high is not None:
+            text += f" ({format_ratio_range(paired.ratio_low, paired.ratio_high)})"
+        return text
+    if old is None:
+        return NONE
+    change = ratio(model.median_ort_latency_s, old.median_ort_latency_s)
+    return NONE if change is None else f"{format_ratio(change)} separate runs"
 
 
 def _probe_cell(probe: ProbeResult | None) -> str:
@@ -431,11 +503,13 @@ def _dims_cell(export: ExportResult | None) -> str:
     """The distinct symbolic dims of the exported inputs: ``batch, seq`` or ``s77``."""
     if export is None or not export.ok:
         return NONE
-    names = list(
-        dict.fromkeys(d for dims in export.input_dims.values() for d in dims if isinstance(d, str))
-    )
-    if not names:
+    found = [d for dims in export.input_dims.values() for d in dims if isinstance(d, str)]
+    if not found:
         return "none"
+    # an expression of other dims ("past_sequence_length + sequence_length") is no new dim
+    names = list(dict.fromkeys(d for d in found if _DIM_NAME_RE.match(d))) or list(
+        dict.fromkeys(found)
+    )
     named = [n for n in names if not _AUTO_DIM_RE.match(n)] or names
     shown = ", ".join(_inline(n, 30) for n in named[:_MAX_DIMS_SHOWN])
     hidden = len(names) - min(len(named), _MAX_DIMS_SHOWN)
@@ -471,7 +545,9 @@ def _environment_diff(base: dict[str, Any], head: dict[str, Any]) -> str:
 
 
 def _shapes_seen(info: InputInfo) -> str:
-    distinct = list(dict.fromkeys(format_shape(s) for s in info.shapes))
+    distinct = list(
+        dict.fromkeys(_NOT_PASSED if s is None else format_shape(s) for s in info.shapes)
+    )
     text = ", ".join(distinct[:_MAX_SHAPES])
     if len(distinct) > _MAX_SHAPES:
         text += f", … (+{len(distinct) - _MAX_SHAPES})"
@@ -500,7 +576,7 @@ def _inputs_table(inputs: list[InputInfo]) -> str:
     rows = [
         [
             info.name,
-            info.dtype or NONE,
+            info.dtype.removeprefix("torch.") if info.dtype else NONE,
             _shapes_seen(info),
             _dynamic_dims_cell(info),
         ]
@@ -520,16 +596,16 @@ def _success(obs: ObservationResult) -> str:
 
 
 def _call_latency(median: float | None, runs: list[float]) -> str:
-    if not runs:
+    if not runs or not median:
         return format_seconds(median)
-    return format_seconds(median) + _spread((quantile(runs, 0.1), quantile(runs, 0.9)), median)
+    return format_seconds(median) + _spread((quantile(runs, 0.1), quantile(runs, 0.9)))
 
 
 def _calls_table(model: ModelResult) -> str:
     observations = model.observations
     by_graph = len(model.graphs) > 1
     stand_ins = any(obs.stand_ins for obs in observations)
-    header = ["call", "abs", "rel", "hist", "torch", "ORT", "SUCCESS"]
+    header = ["call", "abs", "rel", "hist", "ORT", "torch", "SUCCESS"]  # as in the summary
     header += ["graph"] * by_graph + ["fed as empty"] * stand_ins
     rows = []
     for obs in observations[:_MAX_OBS_ROWS]:
@@ -538,8 +614,8 @@ def _calls_table(model: ModelResult) -> str:
             format_float(obs.abs),
             format_float(obs.rel),
             _hist(obs.hist),
-            _call_latency(obs.torch_latency_s, obs.torch_latencies_s),
             _call_latency(obs.ort_latency_s, obs.ort_latencies_s),
+            _call_latency(obs.torch_latency_s, obs.torch_latencies_s),
             Markup(_success(obs)),
         ]
         if by_graph:
@@ -582,7 +658,8 @@ def _calls_list(indices: list[int]) -> str:
 
 def _io_list(observations: list[ObservationResult]) -> str:
     items = [
-        f"- call {o.index}: {_inline(o.inputs or NONE, 300)} → {_inline(o.outputs or NONE, 300)}"
+        f"- call {o.index}: {_inline(readable_tensors(o.inputs) or NONE, 300)} → "
+        f"{_inline(readable_tensors(o.outputs) or NONE, 300)}"
         for o in observations[:_MAX_OBS_ROWS]
         if o.inputs or o.outputs
     ]
@@ -596,7 +673,9 @@ def _probe_line(probe: ProbeResult | None) -> str:
     if not probe.ran:
         reason = _inline(probe.reason, 200) if probe.reason else "no reason given"
         return f"{label} not run ({reason})"
-    shapes = ", ".join(f"{_inline(k, 80)}: {format_shape(v)}" for k, v in probe.shapes.items())
+    shapes = ", ".join(
+        f"{_inline(k, 80)}: {_inline(format_shape(v), 120)}" for k, v in probe.shapes.items()
+    )
     if probe.success:
         icon = "✅"
     elif probe.ok:
@@ -641,6 +720,22 @@ def _export_line(export: ExportResult | None) -> str:
     inputs = _onnx_inputs(export)
     if inputs:
         parts.append(f"ONNX inputs: {inputs}")
+    return f"{label} " + " · ".join(parts)
+
+
+def _paired_line(paired: PairedLatency | None) -> str:
+    """What the interleaved base/head timing found, or why there is none."""
+    label = "**Paired ORT timing (base and head interleaved):**"
+    if paired is None:
+        return ""
+    if paired.ratio is None:
+        reason = _inline(paired.reason, 200) if paired.reason else "no reason given"
+        return f"{label} not available ({reason}); ORT vs base is from separate runs"
+    parts = [f"head/base {format_ratio(paired.ratio)}"]
+    if paired.ratio_low is not None and paired.ratio_high is not None:
+        parts[0] += f" ({format_ratio_range(paired.ratio_low, paired.ratio_high)})"
+    parts.append(f"base {format_seconds(paired.base_s)} → head {format_seconds(paired.head_s)}")
+    parts.append(f"{plural(paired.rounds, 'round')} × {plural(paired.calls, 'call')}")
     return f"{label} " + " · ".join(parts)
 
 

@@ -1,7 +1,9 @@
 """A Mermaid chart of ORT against torch latency per model (GitHub renders it in comments).
 
 One number per model, ORT latency as a percentage of torch latency, so a 13 µs
-MLP and a 250 µs decoder share one axis; bars are head, a line is base. Model
+MLP and a 250 µs decoder share one axis; bars are head, a line is base. With a paired
+(interleaved) base/head timing, base's point is head's divided by the paired head/base
+ratio (like with like); otherwise it is base's own separate run. Model
 names are untrusted: only letters, digits, space, ``.``, ``-`` and ``_`` reach
 the chart (no quote, bracket, ``%%`` directive or backtick can break it).
 """
@@ -10,9 +12,12 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 from observer_ci.results import ModelResult, RunResults
 
+SOURCE_PAIRED = "paired"
+SOURCE_SEPARATE = "separate runs"
 MAX_CHART_MODELS = 12  # more labels than this do not fit a comment's width
 MAX_LABEL_CHARS = 18
 _UNSAFE_LABEL_RE = re.compile(r"[^A-Za-z0-9 ._-]+")
@@ -48,28 +53,54 @@ def _number(value: float) -> str:
     return f"{value:.2g}" if value < 10 else f"{value:.0f}"
 
 
-def latency_chart(head: RunResults, base: RunResults | None = None) -> str:
-    """The ```` ```mermaid ```` block, or "" when it would say nothing (fewer than two
-    models with both latencies and no base to compare with) or not fit."""
+class ChartPoint(NamedTuple):
+    name: str
+    head: float  # ORT as percent of torch
+    base: float | None
+    source: str | None  # SOURCE_PAIRED or SOURCE_SEPARATE when ``base`` is set
+
+
+def _base_point(model: ModelResult, head: float, base: ModelResult | None) -> ChartPoint:
+    paired = model.paired_latency
+    if paired is not None and paired.ratio is not None and paired.ratio > 0:
+        return ChartPoint(model.name, head, head / paired.ratio, SOURCE_PAIRED)
+    value = _percent(base)
+    return ChartPoint(model.name, head, value, None if value is None else SOURCE_SEPARATE)
+
+
+def chart_points(head: RunResults, base: RunResults | None = None) -> list[ChartPoint]:
+    """The models the chart shows (in run order); empty when it would say nothing (fewer
+    than two models with both latencies and no base to compare with) or not fit."""
     base_models = base.by_name() if base is not None else {}
-    points = [(m.name, _percent(m), _percent(base_models.get(m.name))) for m in head.models]
-    points = [p for p in points if p[1] is not None]
-    compared = [p for p in points if p[2] is not None]
+    points = []
+    for model in head.models:
+        percent = _percent(model)
+        if percent is not None:
+            points.append(_base_point(model, percent, base_models.get(model.name)))
+    compared = [p for p in points if p.base is not None]
     if compared:
         points = compared
     elif len(points) < 2:
-        return ""
+        return []
     if len(points) > MAX_CHART_MODELS:
+        return []
+    if max(max(p.head, p.base or 0.0) for p in points) < 1.0:
+        return []  # every bar would be invisible next to torch's 100%
+    return points
+
+
+def latency_chart(head: RunResults, base: RunResults | None = None) -> str:
+    """The ```` ```mermaid ```` block of :func:`chart_points`, or "" when there are none."""
+    points = chart_points(head, base)
+    if not points:
         return ""
-    if max(max(h or 0.0, b or 0.0) for _, h, b in points) < 1.0:
-        return ""  # every bar would be invisible next to torch's 100%
-    labels = _unique([chart_label(name) for name, _, _ in points])
-    heads = [h for _, h, _ in points if h is not None]
-    bases = [b for _, _, b in compared if b is not None]
+    labels = _unique([chart_label(p.name) for p in points])
+    heads = [p.head for p in points]
+    bases = [p.base for p in points if p.base is not None]
     top = max(100.0, *heads, *bases)
     top = float(math.ceil(top * 1.1 / 10) * 10)
     title = "ORT latency as percent of torch latency"
-    title += ", bars head, line base" if compared else ", lower is faster"
+    title += ", bars head, line base" if bases else ", lower is faster"
     lines = [
         "```mermaid",
         "xychart-beta",
@@ -78,7 +109,7 @@ def latency_chart(head: RunResults, base: RunResults | None = None) -> str:
         f'    y-axis "percent of torch" 0 --> {top:.0f}',
         "    bar [" + ", ".join(_number(h) for h in heads) + "]",
     ]
-    if compared:
+    if bases:
         lines.append("    line [" + ", ".join(_number(b) for b in bases) + "]")
     lines.append("```")
     return "\n".join(lines)

@@ -6,11 +6,16 @@ row; every cell is escaped here unless it is :class:`Markup` the report wrote.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
+from observer_ci.constants import TENSOR_TYPE_CODES
 from observer_ci.escape import escape_cell
 
 NONE = "–"
+_TENSOR_RE = re.compile(r"\bT(\d+)s(\d+(?:x\d+)*|scalar)\b")
+_PLAIN_DIM_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_TYPE_NAMES = {str(code): name for name, code in TENSOR_TYPE_CODES.items()}
 
 
 class Markup(str):
@@ -47,6 +52,16 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def format_seconds_range(low: float, high: float) -> str:
+    """``1.9–2.1 ms``, or ``940 µs–1.22 ms`` when the ends need different units."""
+    low_text, high_text = format_seconds(low), format_seconds(high)
+    low_number, _, low_unit = low_text.rpartition(" ")
+    high_number, _, high_unit = high_text.rpartition(" ")
+    if low_unit == high_unit and low_number and high_number and "min" not in low_text + high_text:
+        return f"{low_number}–{high_text}"
+    return f"{low_text}–{high_text}"
+
+
 def format_bytes(size: int | float | None) -> str:
     """Human size in binary units: ``512 B``, ``1.5 KiB``, ``12.3 MiB``; None is ``–``."""
     if size is None:
@@ -64,11 +79,21 @@ def format_ratio(value: float | None) -> str:
     return NONE if value is None else f"×{format_float(value)}"
 
 
+def format_ratio_range(low: float | None, high: float | None) -> str:
+    """``×0.98–1.12``; ``–`` when either end is missing."""
+    if low is None or high is None:
+        return NONE
+    return f"×{format_float(low)}–{format_float(high)}"
+
+
 def format_shape(shape: Iterable[int | str] | None) -> str:
-    """``2×8``; a scalar is ``()``; a missing input is ``–``."""
+    """``2×8``; a scalar is ``()``; a missing input is ``–``; a dim that is an expression
+    is bracketed: ``batch×(past + seq)``."""
     if shape is None:
         return NONE
-    dims = [str(d) for d in shape]
+    dims = [
+        str(d) if _PLAIN_DIM_RE.match(str(d)) or isinstance(d, int) else f"({d})" for d in shape
+    ]
     return "×".join(dims) if dims else "()"
 
 
@@ -77,6 +102,17 @@ def ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or den == 0:
         return None
     return num / den
+
+
+def readable_tensors(summary: str) -> str:
+    """``dict(x:T7s2x5)`` as ``dict(x:int64[2×5])``: the per-call summaries spelled out."""
+
+    def spell(match: re.Match[str]) -> str:
+        dtype = _TYPE_NAMES.get(match.group(1), f"T{match.group(1)}")
+        dims = match.group(2)
+        return f"{dtype} scalar" if dims == "scalar" else f"{dtype}[{dims.replace('x', '×')}]"
+
+    return _TENSOR_RE.sub(spell, summary)
 
 
 def plural(n: int, word: str) -> str:

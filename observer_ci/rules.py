@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from observer_ci.errors import error_headline
+from observer_ci.report_format import format_seconds, plural
 from observer_ci.results import (
     STATUS_EXPORT_FAILED,
     STATUS_OBSERVE_FAILED,
@@ -25,6 +26,7 @@ from observer_ci.results import (
     STATUS_SCRIPT_FAILED,
     STATUSES,
     ModelResult,
+    PairedLatency,
     RunResults,
     max_or_none,
 )
@@ -54,7 +56,8 @@ RULE_TABLE: tuple[Rule, ...] = (
         "latency_ratio",
         "seconds",
         False,
-        "ORT median latency over latency_ratio_max x base, beyond the measured noise",
+        "ORT median latency over latency_ratio_max x base (the paired timing when there is "
+        "one), beyond the measured noise",
     ),
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
@@ -412,29 +415,56 @@ def _dynamic_dims_lost(head: ModelResult, base: ModelResult, fail_on: set[str]) 
 def _latency(
     head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
 ) -> list[Regression]:
+    """Head/base ORT latency: the paired (interleaved) timing when there is one, else the
+    medians of the two separate runs; flagged over ``latency_ratio_max`` and beyond noise."""
     paired = head.paired_latency
     if paired is not None and paired.ratio is not None:  # timed interleaved: like with like
-        new, old, how = paired.head_s, paired.base_s, "timed interleaved"
-    else:
-        new, old, how = head.median_ort_latency_s, base.median_ort_latency_s, "separate runs"
+        return _paired_latency(head, paired, th, fail_on)
+    new, old = head.median_ort_latency_s, base.median_ort_latency_s
     if new is None or old is None or old <= 0:
         return []
     if new < th.min_latency_s and old < th.min_latency_s:
         return []
-    ratio = paired.ratio if paired is not None and paired.ratio is not None else new / old
+    ratio = new / old
     if ratio <= th.latency_ratio_max:
         return []
     message = (
-        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}, {how}): "
-        f"{old:.3g} s → {new:.3g} s"
+        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}, separate runs): "
+        f"{format_seconds(old)} → {format_seconds(new)}"
     )
     new_runs, old_runs = head.latency_range("ort"), base.latency_range("ort")
     if new_runs is not None and old_runs is not None:
         if new_runs[0] <= old_runs[1]:
             return []  # within the noise: head's fast runs are no slower than base's slow runs
         message += (
-            f", beyond the noise (head's 10% fastest runs {new_runs[0]:.3g} s > "
-            f"base's 10% slowest {old_runs[1]:.3g} s)"
+            f", beyond the noise (head's 10th percentile {format_seconds(new_runs[0])} > "
+            f"base's 90th {format_seconds(old_runs[1])})"
+        )
+    return [_reg(head, "latency_ratio", message, old, new, fail_on)]
+
+
+def _paired_latency(
+    head: ModelResult, paired: PairedLatency, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """The paired ratio is the median over base/head pairs timed alternately; it is beyond
+    the noise when head was slower in at least 90% of the pairs (10th percentile > 1)."""
+    assert paired.ratio is not None
+    new, old = paired.head_s, paired.base_s
+    if new is not None and old is not None and max(new, old) < th.min_latency_s:
+        return []
+    if paired.ratio <= th.latency_ratio_max:
+        return []
+    if paired.ratio_low is not None and paired.ratio_low <= 1.0:
+        return []  # within the noise: base was as fast as head in over 10% of the pairs
+    message = (
+        f"ORT median latency ×{paired.ratio:.3g} (> ×{th.latency_ratio_max:.3g}, paired: "
+        f"timed interleaved, {paired.rounds} rounds × {plural(paired.calls, 'call')}): "
+        f"{format_seconds(old)} → {format_seconds(new)}"
+    )
+    if paired.ratio_low is not None:
+        message += (
+            f", beyond the noise (head slower in 90% of the pairs: 10th percentile "
+            f"×{paired.ratio_low:.3g})"
         )
     return [_reg(head, "latency_ratio", message, old, new, fail_on)]
 

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from observer_ci.constants import TENSOR_TYPE_CODES
+
 SCALAR_TYPES = (bool, int, float, str)
 
 
@@ -151,15 +153,6 @@ def tensor_summary(value: Any) -> str:
 
 
 def _dtype_code(dtype: torch.dtype) -> str:
-    codes = {
-        torch.float32: "1",
-        torch.uint8: "2",
-        torch.int8: "3",
-        torch.int32: "6",
-        torch.int64: "7",
-        torch.bool: "9",
-        torch.float16: "10",
-        torch.float64: "11",
-        torch.bfloat16: "16",
-    }
-    return codes.get(dtype, str(dtype).replace("torch.", ""))
+    name = str(dtype).replace("torch.", "")
+    code = TENSOR_TYPE_CODES.get(name)
+    return name if code is None else str(code)

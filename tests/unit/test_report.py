@@ -121,12 +121,13 @@ def test_small_report_leads_with_verdict_summary_and_regressions(small):
     )
     summary = tables(text)[0]
     assert summary[0] == (
-        "|  | model | export | worst abs | worst rel | ORT | torch | probe | dynamic dims |"
+        "|  | model | export | worst abs | worst rel | ORT | ORT vs base | torch | probe "
+        "| dynamic dims |"
     )
-    assert summary[2] == "| ❌ export_failed | broken | ❌ failed | – | – | – | – | ✅ | – |"
+    assert summary[2] == "| ❌ export_failed | broken | ❌ failed | – | – | – | – | – | ✅ | – |"
     assert summary[3] == (
         "| ✅ | tiny | 2.5 s (×1) · 12 nodes (+0) | 3.2e-07 (×1) | 1e-06 (×1) "
-        "| 2 ms (×2) | 2 ms (×1) | ✅ | batch |"
+        "| 2 ms | ×2 separate runs | 2 ms · ×1 vs base | ✅ | batch |"
     )
     first_details = text.index("<details>")
     assert text.index("| model |") < text.index("### Regressions vs base") < first_details
@@ -139,8 +140,8 @@ def test_small_report_leads_with_verdict_summary_and_regressions(small):
         "<details><summary>✅ tiny · ok · examples/tiny.py</summary>",
         "| input | dtype | shapes seen | dynamic dims |",
         "2×8, 4×8, 3×8",
-        "| call | abs | rel | hist | torch | ORT | SUCCESS |",
-        "- call 0: dict(x:T1s2x8) → T1s2x4",
+        "| call | abs | rel | hist | ORT | torch | SUCCESS |",
+        "- call 0: dict(x:float32\\[2×8]) → float32\\[2×4]",
         "**Unseen-shape probe:** ✅ · x: 5×8",
         "**Export:** ✅ 2.5 s · opset 18 · 12 nodes · 3 MiB · ONNX inputs: x (batch×8)",
         "**Export:** ❌ failed",
@@ -185,8 +186,9 @@ def test_latency_spread_is_shown_from_the_timed_runs():
         o.ort_latencies_s = [0.9e-3, 1.0e-3, 1.0e-3, 1.1e-3, 1.3e-3]
     head = RunResults(models=[m], environment=ENV)
     text = render_report(head, [])
-    # p10 = 0.94 ms, p90 = 1.22 ms: half the range is 14% of the 1 ms median
-    assert "| 1 ms ±14% | 2 ms |" in tables(text)[0][2]
+    # p10 = 0.94 ms, p90 = 1.22 ms (no baseline: no "ORT vs base" column)
+    assert "| 1 ms (940 µs–1.22 ms) | 2 ms |" in tables(text)[0][2]
+    assert "ORT vs base" not in tables(text)[0][0]
 
 
 def test_legend_states_the_thresholds_used():
@@ -240,7 +242,7 @@ def test_detail_is_dropped_progressively(small):
     less = render_report(head, regs, base, max_chars=len(full) - 1)
     assert len(less) <= len(full) - 1
     assert TRUNCATION_NOTE in less
-    assert "dict(x:T1s2x8)" not in less  # (1) per-call inputs/outputs go first
+    assert "dict(x:float32" not in less  # (1) per-call inputs/outputs go first
     assert "| SUCCESS |" in less  # but the per-call tables stay
     assert "shapes seen" in less
 
