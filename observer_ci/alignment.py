@@ -477,10 +477,11 @@ def candidate_indices(layout: Layout) -> list[int]:
 
     A call loses rank first for each absent input without an empty form (a stand-in of
     made-up zeros, see :func:`has_empty_form`: never a sample when another call will do),
-    then for each dynamic dimension of size 0 or 1 (``torch.export`` specialises them, and
-    model code often branches on them: the decode steps of ``generate()``), then for each
-    input it did not pass (a fill-in from ``missing=`` or an empty cache does not count);
-    among equals the largest call wins, then the earliest.
+    then for each other input it did not pass (a stand-in changes what the model does; a
+    fill-in from ``missing=`` or an empty cache does not count), then for each dynamic
+    dimension of size 0 or 1 (``torch.export`` specialises them, and model code often
+    branches on them: the decode steps of ``generate()``); among equals the largest call
+    wins, then the earliest.
     """
 
     def score(i: int) -> tuple[int, int, int, int, int]:
@@ -504,7 +505,7 @@ def candidate_indices(layout: Layout) -> list[int]:
             if t is not None and src == OBSERVED
             for d in dims
         )
-        return (made_up, small, n_absent, -size, i)
+        return (made_up, n_absent, small, -size, i)
 
     return sorted(range(len(layout.flat)), key=score)
 

@@ -174,21 +174,21 @@ def test_candidates_put_the_prefill_before_decode_steps():
     assert obs.candidate_indices()[0] == 0
     kwargs = obs.infer_arguments()
     assert kwargs["input_ids"].shape == (1, 6) and kwargs["past"][0].shape == (1, 2, 0, 4)
-    # a call that did not pass the cache at all still comes first: the cache has an empty
-    # form (a dynamic non-batch dim), so its stand-in means "no cache", not made-up values
+    # a call that did not pass an input at all ranks after complete ones
     calls[0] = ((t(1, 6, dtype=torch.int64),), {})
-    assert observe(Decoder(), calls).candidate_indices()[0] == 0
+    assert observe(Decoder(), calls).candidate_indices()[-1] == 0
 
-    # an absent input whose dims never varied would be made-up zeros: that call comes last
+    # an absent input whose dims never varied would be made-up zeros: that call comes last,
+    # even when it has the fewest size-1 dims
     class WithMemory(torch.nn.Module):
-        def forward(self, input_ids, past=None, memory=None):
+        def forward(self, input_ids, past=None, extra=None, memory=None):
             return input_ids.float().sum()
 
     memory = {"memory": t(1, 3, 4)}
     calls = [
-        ((t(1, 6, dtype=torch.int64),), {"past": [t(1, 2, 5, 4)]}),  # no memory
-        ((t(1, 1, dtype=torch.int64),), {"past": [t(1, 2, 6, 4)], **memory}),
-        ((t(1, 1, dtype=torch.int64),), {"past": [t(1, 2, 7, 4)], **memory}),
+        ((t(1, 6, dtype=torch.int64),), {"past": [t(1, 2, 5, 4)], "extra": t(1, 5)}),
+        ((t(1, 1, dtype=torch.int64),), {**memory}),  # two absent, both with an empty form
+        ((t(1, 1, dtype=torch.int64),), {"past": [t(1, 2, 7, 4)], "extra": t(1, 3), **memory}),
     ]
     assert observe(WithMemory(), calls).candidate_indices() == [2, 1, 0]
 
