@@ -148,7 +148,14 @@ def explain_exception(exc: BaseException, *, observer: Any = None) -> Cause:
     """The cause of an exception raised while inferring, exporting or running a script."""
     text = _chain_text(exc)
     frame = user_frame(exc)
-    for classify in (_data_dependent, _unsupported_op, _unregistered_type, _constraint):
+    classifiers = (
+        _dropped_cache,
+        _data_dependent,
+        _unsupported_op,
+        _unregistered_type,
+        _constraint,
+    )
+    for classify in classifiers:
         cause = classify(text, exc, observer)
         if cause is not None:
             cause.user_frame = cause.user_frame or frame
@@ -244,6 +251,27 @@ def _unregistered_type(text: str, exc: BaseException, observer: Any) -> Cause | 
                 "does not know: it was not recorded as an input, so the export misses it",
                 _register_hint(holder),
             )
+    return None
+
+
+def _dropped_cache(text: str, exc: BaseException, observer: Any) -> Cause | None:
+    """A cache object (``StaticCache``...) no pytree opens: the export ran without it."""
+    if observer is None:
+        return None
+    passed = {name for obs in observer.observations for name in obs.named}
+    for obs in observer.observations:
+        for name, why in obs.ignored.items():
+            if name not in passed and why.endswith("Cache"):
+                return Cause(
+                    UNREGISTERED_TYPE,
+                    f"input {name!r} is a {why}, which observer-ci cannot flatten into "
+                    "tensors (it flattens DynamicCache and EncoderDecoderCache): the export "
+                    "was traced without it, so the graph does not match the observed calls",
+                    "observe generate() with the default dynamic cache (drop "
+                    "`cache_implementation=...`), or export a wrapper that keeps the static "
+                    "cache as buffers (transformers.integrations.executorch."
+                    "TorchExportableModuleWithStaticCache)",
+                )
     return None
 
 

@@ -7,7 +7,7 @@ them and a report can be re-rendered from the file) and names a rule of
 
 from __future__ import annotations
 
-from observer_ci.results import GraphWarning, InputInfo, ModelResult
+from observer_ci.results import ExportResult, GraphWarning, InputInfo, ModelResult
 
 SINGLE_CALL = "single_call"
 SIZE_ONE_DIM = "size_one_dim"
@@ -48,8 +48,12 @@ def _shape_text(dims: list[int | str]) -> str:
     return "×".join(str(d) for d in dims) if dims else "()"
 
 
-def _sizes(info: InputInfo, dim: int) -> list[int]:
-    return sorted({s[dim] for s in info.shapes if s is not None and dim < len(s)})
+def _sizes(info: InputInfo, dim: int, calls: list[int] | None = None) -> list[int]:
+    """Sizes of ``dim`` over the observed calls (only ``calls`` when given)."""
+    shapes = (
+        info.shapes if calls is None else [info.shapes[i] for i in calls if i < len(info.shapes)]
+    )
+    return sorted({s[dim] for s in shapes if s is not None and dim < len(s)})
 
 
 def _single_call(model: ModelResult) -> list[GraphWarning]:
@@ -123,27 +127,42 @@ def _stand_ins(model: ModelResult) -> list[GraphWarning]:
 
 
 def _static_in_onnx(model: ModelResult) -> list[GraphWarning]:
-    export = model.export
-    if export is None or not export.ok:
-        return []
     found = []
-    for info in model.inputs:
-        dims = export.input_dims.get(info.name)
-        if dims is None:
-            continue
-        for d in info.dynamic_dims:
-            if d < len(dims) and isinstance(dims[d], int):
+    for export, calls, graph in _exports_and_calls(model):
+        for info in model.inputs:
+            dims = export.input_dims.get(info.name)
+            if dims is None:
+                continue
+            for d in info.dynamic_dims:
+                sizes = _sizes(info, d, calls)
+                if d >= len(dims) or not isinstance(dims[d], int):
+                    continue
+                if calls is not None and len(sizes) < 2:
+                    continue  # a family's graph is judged on the calls it serves
                 found.append(
                     GraphWarning(
                         DIM_STATIC_IN_ONNX,
-                        f"{dim_label(info, d)} varied across calls (sizes "
-                        f"{', '.join(map(str, _sizes(info, d)))}) but is static ({dims[d]}) in "
+                        f"{dim_label(info, d)} varied across {graph}calls (sizes "
+                        f"{', '.join(map(str, sizes))}) but is static ({dims[d]}) in "
                         "the ONNX file: other sizes will be rejected",
                         "find the model code that fixes this size while tracing (a comparison "
                         "with a constant, a reshape to fixed sizes) and derive it from the input",
                     )
                 )
     return found
+
+
+def _exports_and_calls(model: ModelResult) -> list[tuple[ExportResult, list[int] | None, str]]:
+    """``(export, calls it serves, "graph X's ")`` per exported graph; one graph serves all."""
+    if len(model.graphs) > 1:
+        return [
+            (g.export, g.observation_indices, f"graph {g.name}'s ")
+            for g in model.graphs
+            if g.export is not None and g.export.ok
+        ]
+    if model.export is None or not model.export.ok:
+        return []
+    return [(model.export, None, "")]
 
 
 def _probe_seen_size(model: ModelResult) -> list[GraphWarning]:

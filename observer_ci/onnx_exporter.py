@@ -10,9 +10,12 @@ public function is used.
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import torch
+
+_RENAME_GIVEN_UP = ".*different number of inputs than the flatten dynamic_shapes"
 
 
 @functools.lru_cache(maxsize=4)
@@ -59,5 +62,9 @@ def onnx_export(
         opset_version=opset,
     )
     if need_axis_mapping and dynamic_shapes is not None:
-        program._rename_dynamic_axes(dynamic_shapes)
+        with warnings.catch_warnings():
+            # torch gives up renaming when a constant argument (``logits_to_keep``) has an
+            # entry in dynamic_shapes but no ONNX input; export.py names the axes anyway
+            warnings.filterwarnings("ignore", message=_RENAME_GIVEN_UP)
+            program._rename_dynamic_axes(dynamic_shapes)
     return program

@@ -112,6 +112,7 @@ def _unflatten_dynamic_cache(values: Iterable[Any], context: Any) -> Any:
     # No config: the cache keeps ``layer_class_to_replicate=DynamicLayer`` so that a model
     # can still append layers lazily when the flattened cache was empty.
     cache = DynamicCache()
+    seen = _tokens_seen(specs, keys)
     for (name, window), k, v in zip(specs, keys, vals, strict=True):
         if name == "DynamicSlidingWindowLayer":
             layer = DynamicSlidingWindowLayer(sliding_window=window)
@@ -125,9 +126,21 @@ def _unflatten_dynamic_cache(values: Iterable[Any], context: Any) -> Any:
         layer.keys, layer.values = k, v
         layer.is_initialized = True
         if hasattr(layer, "cumulative_length"):
-            layer.cumulative_length = k.shape[-2]
+            layer.cumulative_length = k.shape[-2] if seen is None else seen
         cache.layers.append(layer)
     return cache
+
+
+def _tokens_seen(specs: Any, keys: list[Any]) -> Any:
+    """Tokens seen so far, from a full-attention layer of a hybrid cache, else None.
+
+    A sliding-window layer keeps only its last ``window - 1`` positions, so its tensors do
+    not tell how many tokens it has seen (``cumulative_length``: the offset of its mask). In
+    a hybrid cache (Gemma 2/3, Cohere 2, gpt-oss: sliding and full layers) a full layer
+    holds every past position. Without one, a capped layer counts what it holds: every
+    layer then shifts alike and the masks stay right.
+    """
+    return next((k.shape[-2] for (name, _), k in zip(specs, keys) if name == "DynamicLayer"), None)
 
 
 def _dynamic_cache_to_dumpable(context: Any) -> str:
@@ -276,6 +289,8 @@ def register_if_imported() -> list[str]:
     if "transformers" not in sys.modules:
         return []
     return register_transformers_pytrees()
+
+
 # --------------------------------------------------------------------------------------
 # ModelOutput (BaseModelOutput, Seq2SeqLMOutput, ...) with key paths
 # --------------------------------------------------------------------------------------

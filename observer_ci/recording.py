@@ -76,8 +76,8 @@ def record_call(
         if not any(isinstance(t, torch.Tensor) for t in leaves):
             if not spec.is_leaf():
                 empty.add(name)
-            container = leaves or not spec.is_leaf()
-            ignored[name] = "no tensor" if container else type(value).__name__
+            # a container without tensors, else an object pytree cannot open (its type)
+            ignored[name] = "no tensor" if not spec.is_leaf() else type(value).__name__
             continue
         ref = reference.setdefault(name, value)
         named[name] = structure.canonical_order(value, ref)
