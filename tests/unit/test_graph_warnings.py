@@ -1,7 +1,7 @@
 """Warning rules computed from results alone (torch-free): text, rule table, gating."""
 
 from observer_ci.graph_warnings import WARNING_RULES, graph_warnings
-from observer_ci.results import ExportResult, InputInfo, ModelResult, RunResults
+from observer_ci.results import ExportResult, GraphResult, InputInfo, ModelResult, RunResults
 from observer_ci.rules import DEFAULT_FAIL_ON, RULES_BY_NAME, Thresholds, compare, parse_fail_on
 
 
@@ -34,6 +34,23 @@ def test_dynamic_dim_static_in_the_onnx_file():
     )
 
 
+def test_each_graph_is_judged_on_the_calls_it_serves():
+    # a prefill (sequence 7) has its own graph; the decode steps (sequence 1) share another,
+    # static in the sequence: nothing varied among its calls, nothing to warn about
+    ids = InputInfo("ids", "torch.int64", [[2, 7], [2, 1], [2, 1]], [1], ["sequence_length"])
+    decode = GraphResult(
+        "with_past", [1, 2], export=ExportResult(ok=True, input_dims={"ids": [2, 1]})
+    )
+    prefill = GraphResult("no_past", [0], export=ExportResult(ok=True, input_dims={"ids": [2, 7]}))
+    m = model(n_observations=3, inputs=[ids], export=decode.export, graphs=[decode, prefill])
+    assert graph_warnings(m) == []
+    # a graph whose own calls varied but whose ONNX dim is static is still flagged
+    ids.shapes = [[2, 7], [2, 1], [2, 3]]
+    (warning,) = graph_warnings(m)
+    assert warning.rule == "dim_static_in_onnx"
+    assert "across graph with_past's calls (sizes 1, 3)" in warning.message
+
+
 def test_stored_warnings_become_regressions_that_fail_only_when_selected():
     m = model()
     m.warnings = graph_warnings(m)
@@ -49,15 +66,27 @@ def test_stored_warnings_become_regressions_that_fail_only_when_selected():
 
 def test_size_one_dims_are_grouped_by_name():
     inputs = [
-        InputInfo("input_ids", "torch.int64", [[1, 5], [1, 7]], [0, 1],
-                  ["batch_size", "sequence_length"]),
-        InputInfo("attention_mask", "torch.int64", [[1, 5], [1, 7]], [0, 1],
-                  ["batch_size", "sequence_length"]),
+        InputInfo(
+            "input_ids", "torch.int64", [[1, 5], [1, 7]], [0, 1], ["batch_size", "sequence_length"]
+        ),
+        InputInfo(
+            "attention_mask",
+            "torch.int64",
+            [[1, 5], [1, 7]],
+            [0, 1],
+            ["batch_size", "sequence_length"],
+        ),
     ]
-    m = model(inputs=inputs, export=ExportResult(ok=True, input_dims={
-        "input_ids": ["batch_size", "sequence_length"],
-        "attention_mask": ["batch_size", "sequence_length"],
-    }))
+    m = model(
+        inputs=inputs,
+        export=ExportResult(
+            ok=True,
+            input_dims={
+                "input_ids": ["batch_size", "sequence_length"],
+                "attention_mask": ["batch_size", "sequence_length"],
+            },
+        ),
+    )
     (warning,) = graph_warnings(m)
     assert warning.rule == "size_one_dim"
     assert warning.message.startswith(
