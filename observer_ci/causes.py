@@ -27,6 +27,7 @@ CONSTRAINT_VIOLATION = "constraint_violation"
 ORT_FAILURE = "ort_failure"
 PROBE_FAILURE = "probe_failure"
 SCRIPT_ERROR = "script_error"
+INPUT_NAME = "input_name"
 UNKNOWN = "unknown"
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
@@ -154,6 +155,7 @@ def explain_exception(exc: BaseException, *, observer: Any = None) -> Cause:
         _unsupported_op,
         _unregistered_type,
         _constraint,
+        _input_name,
     )
     for classify in classifiers:
         cause = classify(text, exc, observer)
@@ -202,6 +204,14 @@ def _unsupported_op(text: str, exc: BaseException, observer: Any) -> Cause | Non
         op = plain.group(1)
     module = _node_module(exc)
     where = f", called in {module}" if module else ""
+    if "grouped_mm" in op:
+        return Cause(
+            UNSUPPORTED_OP,
+            f"the mixture-of-experts kernel `{op}` has no ONNX translation in torch.onnx"
+            f"{where}: transformers runs experts with `grouped_mm` by default",
+            "switch the experts to batched matrix products before observing: "
+            '`model.set_experts_implementation("batched_mm")` (it exports)',
+        )
     return Cause(
         UNSUPPORTED_OP,
         f"the operator `{op}` has no ONNX translation in torch.onnx{where}",
@@ -273,6 +283,22 @@ def _dropped_cache(text: str, exc: BaseException, observer: Any) -> Cause | None
                     "TorchExportableModuleWithStaticCache)",
                 )
     return None
+
+
+def _input_name(text: str, exc: BaseException, observer: Any) -> Cause | None:
+    """An input name torch.export writes into generated Python code, which it cannot be."""
+    if observer is None or "SyntaxError" not in text or "<eval_with_key>" not in text:
+        return None
+    bad = [n for n in observer.leaf_names() if not n.isidentifier()]
+    if not bad:
+        return None
+    return Cause(
+        INPUT_NAME,
+        f"the input name {bad[0]!r} is not a Python identifier: torch.export generates "
+        "Python code with the keyword argument names of `**kwargs`",
+        "pass such inputs under identifier names (letters, digits, underscores), or inside "
+        "a dict argument (its keys may be any text)",
+    )
 
 
 def _tensor_holder(observer: Any, name: str) -> str | None:
@@ -360,7 +386,7 @@ _NODE_RE = re.compile(
 _ORT_SOURCE_RE = re.compile(r"^/\S+:\d+ \S+?\(.*?\)\s+")
 
 # Causes that do not depend on the observed call used as export sample.
-SAMPLE_INDEPENDENT = frozenset({DATA_DEPENDENT, UNSUPPORTED_OP, UNREGISTERED_TYPE})
+SAMPLE_INDEPENDENT = frozenset({DATA_DEPENDENT, UNSUPPORTED_OP, UNREGISTERED_TYPE, INPUT_NAME})
 
 
 def explain_ort_failure(

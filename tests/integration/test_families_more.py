@@ -1,6 +1,7 @@
 """Families the first examples did not cover (issue 12, "build for the family"): a hybrid
 sliding/full cache (Gemma 2), an encoder with an optional input (BERT), generate() with
-batch 1 and 2 (Qwen2), and a StaticCache that no pytree opens."""
+batch 1 and 2 (Qwen2), mixture-of-experts blocks, a StaticCache that no pytree opens, and
+``**kwargs`` names torch.export cannot take."""
 
 import pytest
 
@@ -8,10 +9,20 @@ pytest.importorskip("transformers", reason="optional extra 'transformers' is not
 
 import torch  # noqa: E402
 
-from observer_ci.causes import UNREGISTERED_TYPE, explain_exception  # noqa: E402
+from observer_ci import observe  # noqa: E402
+from observer_ci.causes import (  # noqa: E402
+    INPUT_NAME,
+    UNREGISTERED_TYPE,
+    UNSUPPORTED_OP,
+    explain_exception,
+)
 from observer_ci.observer import InputObserver  # noqa: E402
+from observer_ci.registry import take_registered  # noqa: E402
+from observer_ci.results import STATUS_EXPORT_FAILED  # noqa: E402
+from observer_ci.run import process_model  # noqa: E402
 from tests.support.families import (  # noqa: E402
     FAMILIES,
+    FAST,
     assert_served_and_probed,
     run_examples,
 )
@@ -86,3 +97,51 @@ def test_a_static_cache_no_pytree_opens_is_named_with_a_next_step():
     assert cause.kind == UNREGISTERED_TYPE
     assert "'past_key_values' is a StaticCache" in cause.summary
     assert "cache_implementation" in cause.next_step
+
+
+def _processed(model, calls, name, out):
+    with torch.no_grad(), observe(model, name=name, store_n_calls=len(calls)):
+        for kwargs in calls:
+            model(**kwargs)
+    (entry,) = take_registered()
+    return process_model(entry, out, config=FAST, progress=lambda _message: None)
+
+
+def _moe_block(experts_implementation):
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    config = MixtralConfig(
+        hidden_size=16, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2
+    )
+    config._experts_implementation = experts_implementation
+    torch.manual_seed(0)
+    return MixtralSparseMoeBlock(config).eval()
+
+
+def test_mixture_of_experts_names_the_implementation_that_exports(tmp_path):
+    calls = [{"hidden_states": torch.randn(2, n, 16)} for n in (5, 7)]
+    # transformers' default experts kernel: no ONNX translation, and the row says what to do
+    grouped = _processed(_moe_block("grouped_mm"), calls, "moe_grouped_mm", tmp_path)
+    assert grouped.status == STATUS_EXPORT_FAILED
+    assert grouped.cause.kind == UNSUPPORTED_OP and "MixtralExperts" in grouped.cause.summary
+    assert 'set_experts_implementation("batched_mm")' in grouped.cause.next_step
+    # the advice holds: the same block with batched_mm exports and matches torch
+    batched = _processed(_moe_block("batched_mm"), calls, "moe_batched_mm", tmp_path)
+    assert batched.status == "ok", batched.error
+    assert all(o.success and o.abs < 1e-4 for o in batched.observations)
+    assert batched.probe.success
+
+
+class KeywordsOnly(torch.nn.Module):
+    def forward(self, **inputs):
+        return sum(v.sum(dim=-1) for v in inputs.values())
+
+
+def test_a_kwargs_name_that_is_no_identifier_is_named_with_a_next_step(tmp_path):
+    hostile = "x|<b>@y"
+    calls = [{hostile: torch.randn(n, 4), "z": torch.randn(n, 4)} for n in (2, 3)]
+    model = _processed(KeywordsOnly(), calls, "<img src=x>|@octocat", tmp_path)
+    assert model.status == STATUS_EXPORT_FAILED
+    assert model.cause.kind == INPUT_NAME and repr(hostile) in model.cause.summary
+    assert model.export.failed_samples[1:] == []  # the name fails every sample: tried once
