@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
     run.add_argument(
+        "--no-merged-decoder",
+        action="store_true",
+        help="do not write decoder_model_merged.onnx for decoders with two call families",
+    )
+    run.add_argument(
         "--cache-dir",
         help="export cache directory, shared by runs (default: $OBSERVER_CI_CACHE_DIR, else none)",
     )
@@ -154,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         repeat=args.repeat,
         probe=not args.no_probe,
+        merge_decoders=not args.no_merged_decoder,
         cache_dir=str(cache_dir) if (cache_dir := resolve_cache_dir(args.cache_dir)) else None,
         threads=args.threads,
         save_feeds=args.save_feeds,

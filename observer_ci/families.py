@@ -55,10 +55,12 @@ def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) 
     dynamic = observer.dynamic_dims(set_batch_dimension_for)
     main: list[int] = []
     apart: dict[tuple[str, ...], list[int]] = {}
+    made_up_of: dict[tuple[str, ...], list[str]] = {}
     for i in range(observer.num_obs()):
         empty, made_up = stand_ins(observer, i, dynamic)
         if made_up:
             apart.setdefault(tuple(empty + made_up), []).append(i)
+            made_up_of[tuple(empty + made_up)] = made_up
         else:
             main.append(i)
     if not apart:
@@ -67,9 +69,12 @@ def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) 
     if main:
         families.append(Family("", main))
     for absent, indices in apart.items():
+        made_up = made_up_of[absent]
+        one = len(made_up) == 1
         reason = (
-            f"these calls did not pass {_shown(absent)}, which has no empty form (no dim but "
-            "the batch varied): a graph taking it would run on made-up values"
+            f"these calls did not pass {_shown(absent, 2)}; {_shown(made_up, 2)} "
+            f"{'has' if one else 'have'} no empty form (no dim but the batch varied): a graph "
+            f"taking {'it' if one else 'them'} would run on made-up values"
         )
         families.append(Family("", indices, reason=reason, absent=list(absent)))
     return name_families(families)
@@ -88,7 +93,7 @@ def split_family(
     out = [Family(family.name, kept, family.reason, family.absent)]
     for absent, indices in by_absent.items():
         reason = (
-            f"these calls did not pass {_shown(absent)} and did not match torch on the shared "
+            f"these calls did not pass {_shown(absent, 2)} and did not match torch on the shared "
             "graph with empty stand-ins: the model treats absent and empty differently"
         )
         out.append(Family("", indices, reason=reason, absent=list(absent)))
@@ -127,4 +132,4 @@ def _is_cache(name: str) -> bool:
 
 def _shown(names: tuple[str, ...] | list[str], limit: int = 4) -> str:
     shown = ", ".join(names[:limit])
-    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -44,6 +44,7 @@ from observer_ci.results import (
     STATUSES,
     Cause,
     ExportResult,
+    GraphResult,
     InputInfo,
     ModelResult,
     ObservationResult,
@@ -636,18 +637,25 @@ def _graphs_suffix(model: ModelResult) -> str:
 
 def _graphs_table(model: ModelResult) -> str:
     """One row per exported graph: the calls it serves and why it exists."""
-    header = ["graph", "calls", "export", "probe", "why a graph of its own"]
+    header = ["graph", "calls", "export", "max abs", "probe", "why a graph of its own"]
     rows = [
         [
             graph.name,
             _calls_list(graph.observation_indices),
             Markup(_export_cell(graph.export, None)),
+            Markup(_graph_abs_cell(graph)),
             Markup(_probe_cell(graph.probe)),
             graph.reason or "the main graph",
         ]
         for graph in model.graphs
     ]
     return "**Graphs (one per call family):**\n\n" + markdown_table(header, rows, max_cell=300)
+
+
+def _graph_abs_cell(graph: GraphResult) -> str:
+    if graph.abs is None:
+        return NONE
+    return format_float(graph.abs) + ("" if graph.success is not False else " ❌")
 
 
 def _calls_list(indices: list[int]) -> str:

@@ -160,6 +160,9 @@ class GraphResult:
     reason: str = ""  # why these calls need a graph of their own
     export: ExportResult | None = None
     probe: ProbeResult | None = None
+    abs: float | None = None  # max abs error over the calls replayed on this graph
+    rel: float | None = None
+    success: bool | None = None  # every call replayed on it within the tolerances
 
 
 @dataclass

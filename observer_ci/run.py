@@ -26,6 +26,8 @@ from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
 from observer_ci.export_cache import cached_export, export_key
 from observer_ci.families import (
+    ROLE_DECODER,
+    ROLE_DECODER_WITH_PAST,
     ROLE_SINGLE,
     Family,
     name_families,
@@ -55,6 +57,7 @@ from observer_ci.results import (
     ObservationResult,
     ProbeResult,
     RunResults,
+    max_or_none,
 )
 from observer_ci.rules import Thresholds
 
@@ -75,6 +78,7 @@ class RunConfig:
     cache_dir: str | None = None  # export cache shared by runs (None: no cache)
     threads: int | None = None  # onnxruntime intra-op threads (None: its default)
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
+    merge_decoders: bool = True  # decoder_model_merged.onnx when a decoder has two families
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""
@@ -333,6 +337,12 @@ def process_model(
     if len(result.graphs) > 1:
         server.rename(result.graphs, name_families(served_families), rows)
     result.observations = [rows[i] for i in sorted(rows)]
+    for graph in result.graphs:
+        served = [rows[i] for i in graph.observation_indices if i in rows]
+        if served:
+            graph.abs = max_or_none(r.abs for r in served)
+            graph.rel = max_or_none(r.rel for r in served)
+            graph.success = all(r.success for r in served)
     main = result.graphs[0]
     result.export, result.probe = main.export, main.probe
     for graph in result.graphs:
@@ -348,6 +358,15 @@ def process_model(
         result.warnings = graph_warnings(result)
         progress(f"{entry.name}: export failed: {result.error[-300:]}")
         return result
+    merged = server.merge(result.graphs) if config.merge_decoders else None
+    if merged is not None:
+        result.graphs.append(merged)
+        if not merged.success:
+            why = merged.reason if merged.export is None else (
+                f"did not match torch on every call (max abs {merged.abs:.3g})"
+            )
+            result.notes.append(f"{merged.name}: {why}; use {ROLE_DECODER} and "
+                                f"{ROLE_DECODER_WITH_PAST}")
     result.status = _status(result.observations)
     if result.status != STATUS_OK:
         result.error = next((o.error for o in result.observations if o.error), None)
@@ -475,6 +494,7 @@ class _FamilyServer:
         self.progress = progress
         self.single = single
         self.method = getattr(entry.model, entry.method_name)
+        self.observers: dict[tuple[int, ...], InputObserver] = {}  # family calls -> observer
 
     def path(self, name: str) -> Path:
         stem = safe_filename(self.entry.name)
@@ -526,6 +546,7 @@ class _FamilyServer:
         obs = entry.observer
         whole = family.indices == list(range(obs.num_obs()))
         sub = obs if whole else obs.subset(family.indices)
+        self.observers[tuple(family.indices)] = sub
         flags = _flags_for(sub, entry.set_batch_dimension_for)
         graph = GraphResult(
             name=family.name, observation_indices=family.indices, reason=family.reason
@@ -599,6 +620,66 @@ class _FamilyServer:
                 except Exception as e:
                     graph.probe = ProbeResult(ran=True, ok=False, error=error_tail(e))
         return graph, rows
+
+
+    def merge(self, graphs: list[GraphResult]) -> GraphResult | None:
+        """``decoder_model_merged``: the two decoder graphs behind one ``If`` with their
+        weights stored once, checked on every observed call (``None`` when the families are
+        not a decoder and a decoder with past, or one of them failed)."""
+        from observer_ci.diff import flatten_outputs, max_diff
+        from observer_ci.export import describe_onnx
+        from observer_ci.merged import MERGED_NAME, merge_decoders, merged_feeds
+        from observer_ci.replay import match_feeds
+
+        by_name = {g.name: g for g in graphs}
+        past, first = by_name.get(ROLE_DECODER_WITH_PAST), by_name.get(ROLE_DECODER)
+        if past is None or first is None or len(graphs) != 2:
+            return None
+        if not all(g.export is not None and g.export.ok for g in (past, first)):
+            return None
+        path = self.path(MERGED_NAME)
+        graph = GraphResult(
+            name=MERGED_NAME,
+            observation_indices=sorted(past.observation_indices + first.observation_indices),
+        )
+        begin = time.perf_counter()
+        with self.phase("merge"):
+            try:
+                facts = merge_decoders(past.export.onnx_path, first.export.onnx_path, path)
+                session = make_session(path, threads=self.config.threads)
+                worst = None
+                for family, use_cache in ((past, True), (first, False)):
+                    indices = family.observation_indices
+                    sub = self.observers.get(tuple(indices)) or self.entry.observer.subset(indices)
+                    for local in range(sub.num_obs()):
+                        flat = sub.infer_arguments(local, flat=True)
+                        feeds = match_feeds(family.export.input_names, sub.leaf_names(), flat)
+                        got = session.run(
+                            None, merged_feeds(session.get_inputs(), feeds, use_cache)
+                        )
+                        expected = flatten_outputs(sub.observations[local].outputs)
+                        diff = max_diff(expected, got)
+                        ok = diff.within(self.config.atol, self.config.rtol)
+                        graph.abs = max(graph.abs or 0.0, diff.abs)
+                        graph.rel = max(graph.rel or 0.0, diff.rel)
+                        worst = ok if worst is None else worst and ok
+                graph.success = bool(worst)
+            except Exception as e:
+                graph.reason = f"not merged: {error_tail(e, 300)}"
+                graph.success = False
+                return graph
+        graph.export = describe_onnx(path)
+        graph.export.seconds = time.perf_counter() - begin
+        graph.reason = (
+            f"{ROLE_DECODER} and {ROLE_DECODER_WITH_PAST} behind one If on "
+            f"`use_cache_branch`: {facts.shared_initializers} initializers stored once "
+            f"({facts.bytes_saved} bytes saved)"
+        )
+        self.progress(
+            f"{self.entry.name} [{MERGED_NAME}]: merged, max abs {graph.abs} over "
+            f"{len(graph.observation_indices)} calls"
+        )
+        return graph
 
 
 def _flags_for(observer: InputObserver, flags: Any) -> Any:

@@ -13,6 +13,23 @@ from observer_ci.run import RunConfig, run_script  # noqa: E402
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "tiny_llama_generate.py"
 
 
+def one_layer_llama():
+    """A one-layer random Llama (vocabulary of 100) for observer-only checks."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     out = tmp_path_factory.mktemp("llama")
@@ -73,20 +90,9 @@ def test_probe_runs_an_unseen_cache_length(llama):
 
 @pytest.mark.transformers
 def test_observer_rebuilds_an_empty_cache_for_the_prefill_call():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from observer_ci import InputObserver
 
-    config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
+    model = one_layer_llama()
     obs = InputObserver()
     with torch.no_grad(), obs(model):
         model.generate(torch.randint(3, 100, (1, 4)), max_new_tokens=3, do_sample=False)
@@ -116,3 +122,30 @@ def test_generate_graph_has_one_name_per_dimension_and_no_anonymous_symbol(llama
     )
     names = {i.name: i.dim_names for i in llama.inputs}
     assert names["position_ids"] == ["batch_size", "sequence_length"]
+
+
+@pytest.mark.transformers
+def test_readme_snippet_exports_generate_from_the_prefill():
+    # the README's own snippet (infer, then torch.onnx.export) on generate() with four stored
+    # calls: infer_arguments() picks the prefill, not a decode call that cannot trace
+    from observer_ci import InputObserver
+
+    model = one_layer_llama()
+    input_ids = torch.randint(3, 100, (2, 6))
+    obs = InputObserver()
+    with torch.no_grad(), obs(model, store_n_calls=5):
+        model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=4,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    assert obs.num_obs() == 4
+    args, kwargs = obs.infer_arguments(as_args_kwargs=True)
+    assert args == () and kwargs["input_ids"].shape == (2, 6)  # the prefill
+    ds = obs.infer_dynamic_shapes(set_batch_dimension_for=True)
+    with torch.no_grad():
+        program = torch.onnx.export(model, args, kwargs=kwargs, dynamic_shapes=ds, dynamo=True)
+    rows = obs.check_discrepancies(program)
+    assert [r["SUCCESS"] for r in rows] == [True] * 4, rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from observer_ci.merged import MERGED_NAME
 from observer_ci.results import STATUS_OK, ModelResult
 from observer_ci.run import RunConfig, run_scripts
 
@@ -24,11 +25,23 @@ def run_examples(tmp_path_factory, *scripts: Path) -> dict[str, ModelResult]:
 def assert_served_and_probed(model: ModelResult) -> None:
     assert model.status == STATUS_OK, model.error
     assert model.graphs and model.export is model.graphs[0].export
-    served = sorted(i for g in model.graphs for i in g.observation_indices)
+    families = [g for g in model.graphs if g.name != MERGED_NAME]
+    served = sorted(i for g in families for i in g.observation_indices)
     assert served == list(range(model.n_observations))  # every call has exactly one graph
     for row in model.observations:
         assert row.success and row.abs < 1e-4, row
-        assert row.family in {g.name for g in model.graphs}
-    for graph in model.graphs:
+        assert row.family in {g.name for g in families}
+    for graph in families:
         assert graph.export.ok and Path(graph.export.onnx_path).is_file()
         assert graph.probe.ran and graph.probe.success, (graph.name, graph.probe)
+        assert graph.success and graph.abs == max(
+            r.abs for r in model.observations if r.family == graph.name
+        )
+    merged = [g for g in model.graphs if g.name == MERGED_NAME]
+    if len(families) == 2:  # a decoder and a decoder with past: one merged file as well
+        assert [g.name for g in merged] == [MERGED_NAME], [g.name for g in model.graphs]
+        assert merged[0].success and merged[0].abs < 1e-4, merged[0]
+        assert merged[0].observation_indices == served
+        assert Path(merged[0].export.onnx_path).name == f"{MERGED_NAME}.onnx"
+    else:
+        assert not merged

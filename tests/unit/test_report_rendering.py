@@ -256,13 +256,17 @@ def two_graph_model(stand_in: str = "past_key_values_key_0") -> ModelResult:
                 "",
                 shared,
                 ProbeResult(ran=True, ok=True, success=True),
+                abs=2e-7,
+                success=True,
             ),
             GraphResult(
                 "decoder_model",
                 [0],
-                f"these calls did not pass {stand_in}, which has no empty form",
+                f"these calls did not pass {stand_in}; {stand_in} has no empty form",
                 first,
                 ProbeResult(ran=True, ok=False, error="boom"),
+                abs=0.5,
+                success=False,
             ),
         ],
     )
@@ -272,10 +276,12 @@ def test_call_families_get_a_graph_table_and_a_graph_column():
     markdown = render_report(RunResults(models=[two_graph_model()]), [], None)
     parsed = parse(markdown)
     assert "**Graphs (one per call family):**" in markdown
-    assert "| decoder_with_past_model | 1, 2 | 2 s · 40 nodes | ✅ | the main graph |" in markdown
     assert (
-        "| decoder_model | 0 | 1.5 s · 30 nodes | ❌ failed | these calls did not pass "
-        "past_key_values_key_0, which has no empty form |"
+        "| decoder_with_past_model | 1, 2 | 2 s · 40 nodes | 2e-07 | ✅ | the main graph |"
+    ) in markdown
+    assert (
+        "| decoder_model | 0 | 1.5 s · 30 nodes | 0.5 ❌ | ❌ failed | these calls did not pass "
+        "past_key_values_key_0; past_key_values_key_0 has no empty form |"
     ) in markdown
     # calls table: a graph column and the stand-ins fed as empty
     calls = [ln for ln in markdown.splitlines() if ln.startswith("| call |")]
