@@ -40,7 +40,7 @@ def test_hybrid_sliding_and_full_cache_matches_torch(more):
     gemma = more["gemma2_hybrid"]
     assert_served_and_probed(gemma)
     graphs = {g.name: g for g in gemma.graphs}
-    assert set(graphs) == {"decoder_model", "decoder_with_past_model"}
+    assert set(graphs) == {"decoder_model", "decoder_with_past_model", "decoder_model_merged"}
     assert graphs["decoder_model"].observation_indices == [0]
     # the capped (sliding) layer stays static, the full layer's past length is dynamic
     dims = graphs["decoder_with_past_model"].export.input_dims
@@ -116,7 +116,11 @@ def _moe_block(experts_implementation):
     )
     config._experts_implementation = experts_implementation
     torch.manual_seed(0)
-    return MixtralSparseMoeBlock(config).eval()
+    block = MixtralSparseMoeBlock(config).eval()
+    with torch.no_grad():  # a block alone is not initialised by a model's post_init
+        for parameter in block.parameters():
+            parameter.normal_(std=0.1)
+    return block
 
 
 def test_mixture_of_experts_names_the_implementation_that_exports(tmp_path):
