@@ -11,7 +11,7 @@ do (``decoder_model`` without cache, ``decoder_with_past_model`` with it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from observer_ci.alignment import has_empty_form
@@ -21,6 +21,7 @@ from observer_ci.observer import InputObserver
 ROLE_DECODER = "decoder_model"
 ROLE_DECODER_WITH_PAST = "decoder_with_past_model"
 ROLE_SINGLE = "model"
+ROLE_WINDOW_FULL = "with_past_window_full"  # hybrid cache: the sliding layers are capped
 CACHE_INPUT_MARKERS = ("past_key_values", "past_key_value", "cache")
 
 
@@ -32,6 +33,8 @@ class Family:
     indices: list[int]
     reason: str = ""
     absent: list[str] = field(default_factory=list)  # inputs these calls did not pass
+    role: str = ""  # its name when the cache inputs do not tell one (ROLE_WINDOW_FULL)
+    inherit_dynamic: bool = True  # False: the model fixes sizes that varied in other calls
 
 
 def stand_ins(
@@ -54,6 +57,7 @@ def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) 
     """
     dynamic = observer.dynamic_dims(set_batch_dimension_for)
     main: list[int] = []
+    full_window: list[int] = []
     apart: dict[tuple[str, ...], list[int]] = {}
     made_up_of: dict[tuple[str, ...], list[str]] = {}
     for i in range(observer.num_obs()):
@@ -61,13 +65,26 @@ def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) 
         if made_up:
             apart.setdefault(tuple(empty + made_up), []).append(i)
             made_up_of[tuple(empty + made_up)] = made_up
+        elif _window_full(observer, i):
+            full_window.append(i)
         else:
             main.append(i)
-    if not apart:
+    if not main or not full_window:
+        main, full_window = sorted(main + full_window), []
+    if not apart and not full_window:
         return [Family(ROLE_SINGLE, main)]
     families = []
     if main:
         families.append(Family("", main))
+    if full_window:
+        reason = (
+            "in these calls a sliding-window cache layer has reached its window while a "
+            "full-attention layer keeps growing: the mask is built another way than in the "
+            "calls before (one graph follows one way)"
+        )
+        # a capped layer's length is fixed by the model: dynamic elsewhere, static here
+        full = Family("", full_window, reason, role=ROLE_WINDOW_FULL, inherit_dynamic=False)
+        families.append(full)
     for absent, indices in apart.items():
         made_up = made_up_of[absent]
         one = len(made_up) == 1
@@ -90,7 +107,7 @@ def split_family(
         empty, made_up = stand_ins(observer, i, dynamic)
         by_absent.setdefault(tuple(empty + made_up), []).append(i)
     kept = [i for i in family.indices if i not in failed]
-    out = [Family(family.name, kept, family.reason, family.absent)]
+    out = [replace(family, indices=kept)]
     for absent, indices in by_absent.items():
         reason = (
             f"these calls did not pass {_shown(absent, 2)} and did not match torch on the shared "
@@ -115,6 +132,8 @@ def name_families(families: list[Family]) -> list[Family]:
             name = ROLE_DECODER
         elif not cache_absent and any(any(_is_cache(n) for n in f.absent) for f in families):
             name = ROLE_DECODER_WITH_PAST
+        elif family.role:
+            name = family.role
         elif family.absent:
             name = f"{ROLE_SINGLE}_without_{family.absent[0]}"
         else:
@@ -124,6 +143,14 @@ def name_families(families: list[Family]) -> list[Family]:
         taken.add(name)
         family.name = name
     return families
+
+
+def _window_full(observer: InputObserver, index: int) -> bool:
+    """True when a cache argument of the call has a sliding layer at its window next to a
+    full-attention layer (see :func:`observer_ci.pytrees.sliding_window_full`)."""
+    from observer_ci.pytrees import sliding_window_full
+
+    return any(sliding_window_full(v) for v in observer.observations[index].named.values())
 
 
 def _is_cache(name: str) -> bool:

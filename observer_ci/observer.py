@@ -219,10 +219,11 @@ class InputObserver:
         self._layout_cache = (key, layout)
         return layout
 
-    def subset(self, indices: list[int]) -> InputObserver:
+    def subset(self, indices: list[int], *, inherit_dynamic: bool = True) -> InputObserver:
         """A new observer holding only the stored calls at ``indices`` (one call family).
 
-        Dims dynamic across all calls stay dynamic in the subset where its sizes allow.
+        Dims dynamic across all calls stay dynamic in the subset where its sizes allow
+        (unless ``inherit_dynamic`` is False: a family whose sizes the model fixes).
         """
         parent_dims = dict(zip(self.leaf_names(), self._layout().dynamic))
         sub = InputObserver(missing=self.missing)
@@ -230,7 +231,7 @@ class InputObserver:
         sub._reference = self._reference
         sub._removed = set(self._removed)
         sub.observations = [self.observations[i] for i in indices]
-        sub._inherited_dynamic = parent_dims
+        sub._inherited_dynamic = parent_dims if inherit_dynamic else {}
         return sub
 
     def dynamic_dims(self, set_batch_dimension_for: Any = None) -> list[list[int]]:

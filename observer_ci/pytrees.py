@@ -143,6 +143,23 @@ def _tokens_seen(specs: Any, keys: list[Any]) -> Any:
     return next((k.shape[-2] for (name, _), k in zip(specs, keys) if name == "DynamicLayer"), None)
 
 
+def sliding_window_full(value: Any) -> bool:
+    """True for a hybrid cache (sliding and full layers) whose sliding layers have reached
+    their window: their mask then starts at an offset, before it did not, and a traced graph
+    follows one of the two (``DynamicSlidingWindowLayer.get_mask_sizes``)."""
+    for cache in (value, getattr(value, "self_attention_cache", None)):
+        layers = getattr(cache, "layers", None) or []
+        names = [type(layer).__name__ for layer in layers]
+        if "DynamicLayer" not in names:
+            continue  # all sliding: every layer shifts alike, one graph serves both
+        for layer, name in zip(layers, names):
+            window = getattr(layer, "sliding_window", None) or 0
+            sliding = name == "DynamicSlidingWindowLayer" and window > 0
+            if sliding and getattr(layer, "cumulative_length", 0) >= window:
+                return True
+    return False
+
+
 def _dynamic_cache_to_dumpable(context: Any) -> str:
     keys, specs = context
     return json.dumps([list(keys), [list(s) for s in specs]])

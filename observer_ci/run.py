@@ -545,7 +545,8 @@ class _FamilyServer:
         entry, config, progress = self.entry, self.config, self.progress
         obs = entry.observer
         whole = family.indices == list(range(obs.num_obs()))
-        sub = obs if whole else obs.subset(family.indices)
+        inherit = family.inherit_dynamic
+        sub = obs if whole else obs.subset(family.indices, inherit_dynamic=inherit)
         self.observers[tuple(family.indices)] = sub
         flags = _flags_for(sub, entry.set_batch_dimension_for)
         graph = GraphResult(
