@@ -128,12 +128,12 @@ def name_families(families: list[Family]) -> list[Family]:
         others_have_cache = any(
             not any(_is_cache(n) for n in f.absent) for f in families if f is not family
         )
-        if cache_absent and others_have_cache:
+        if family.role:
+            name = family.role
+        elif cache_absent and others_have_cache:
             name = ROLE_DECODER
         elif not cache_absent and any(any(_is_cache(n) for n in f.absent) for f in families):
             name = ROLE_DECODER_WITH_PAST
-        elif family.role:
-            name = family.role
         elif family.absent:
             name = f"{ROLE_SINGLE}_without_{family.absent[0]}"
         else:

@@ -187,3 +187,20 @@ def test_a_kwargs_name_that_is_no_identifier_is_named_with_a_next_step(tmp_path)
     assert model.status == STATUS_EXPORT_FAILED
     assert model.cause.kind == INPUT_NAME and repr(hostile) in model.cause.summary
     assert model.export.failed_samples[1:] == []  # the name fails every sample: tried once
+
+
+def test_a_family_role_wins_over_the_cache_roles():
+    from observer_ci.families import ROLE_WINDOW_FULL, Family, name_families
+
+    named = name_families(
+        [
+            Family("", [1, 2]),
+            Family("", [3, 4], role=ROLE_WINDOW_FULL),
+            Family("", [0], absent=["past_key_values_key_cache_0"]),
+        ]
+    )
+    assert [f.name for f in named] == [
+        "decoder_with_past_model",
+        "with_past_window_full",
+        "decoder_model",
+    ]
