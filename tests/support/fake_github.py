@@ -17,8 +17,10 @@ Comments created through the API are authored by ``login`` (default
 (else 401). Faults queued with :meth:`FakeGitHub.inject` are served before normal
 handling (optionally after a delay: an API that does not answer); :meth:`FakeGitHub.hold`
 makes the first N matching requests wait for each other (a deterministic race);
-``latency_s`` delays every answer. Requests are served concurrently, state changes one at
-a time. The server binds to and only answers loopback clients.
+``latency_s`` delays every answer; :meth:`FakeGitHub.before` runs an action (e.g.
+:meth:`FakeGitHub.delete_comment`) just before a matching request is handled.
+Requests are served concurrently, state changes one at a time. The server binds to and
+only answers loopback clients.
 
     with FakeGitHub(token="t") as gh:
         gh.inject("GET", r"/comments$", 502, times=2)
@@ -89,6 +91,14 @@ class _Fault:
 
 
 @dataclass
+class _Before:
+    method: str
+    pattern: re.Pattern[str]
+    action: Callable[[], None]
+    remaining: int
+
+
+@dataclass
 class _Hold:
     method: str
     pattern: re.Pattern[str]
@@ -117,6 +127,7 @@ class FakeGitHub:
         self.latency_s = latency_s
         self._stopping = threading.Event()
         self._holds: list[_Hold] = []
+        self._befores: list[_Before] = []
         self._lock = threading.Lock()
         self._comments: dict[_Key, list[dict]] = {}
         self._runs: dict[_Key, dict] = {}
@@ -226,6 +237,17 @@ class FakeGitHub:
         with self._lock:
             self._holds.append(_Hold(method.upper(), re.compile(path_regex), barrier, count))
 
+    def before(
+        self, method: str, path_regex: str, action: Callable[[], None], times: int = 1
+    ) -> None:
+        """Run ``action`` (without the state lock: it may call :meth:`delete_comment`)
+        just before the next ``times`` matching requests are handled, e.g. a comment
+        deleted by someone else between our list and our edit."""
+        if times < 1:
+            raise ValueError("times must be >= 1")
+        with self._lock:
+            self._befores.append(_Before(method.upper(), re.compile(path_regex), action, times))
+
     def pending_faults(self) -> int:
         """How many injected responses have not been served yet."""
         with self._lock:
@@ -291,6 +313,11 @@ class FakeGitHub:
             self._pulls[_key(owner, repo, number)] = pull
         return copy.deepcopy(pull)
 
+    def delete_comment(self, owner: str, repo: str, comment_id: int) -> None:
+        """Delete a comment as someone else would (no request is recorded)."""
+        with self._lock:
+            self._delete(owner, repo, int(comment_id))
+
     def comments(self, owner: str, repo: str, pr: int) -> list[dict]:
         """A copy of the PR's comments, oldest first."""
         with self._lock:
@@ -319,6 +346,9 @@ class FakeGitHub:
         with self._lock:
             self._record(method, path, query, headers)
             hold = self._take_hold(method, path)
+            before = self._take_before(method, path)
+        if before is not None:
+            before.action()
         if hold is not None:
             try:
                 hold.barrier.wait()
@@ -353,6 +383,15 @@ class FakeGitHub:
                 if hold.remaining <= 0:
                     self._holds.remove(hold)
                 return hold
+        return None
+
+    def _take_before(self, method: str, path: str) -> _Before | None:
+        for before in self._befores:
+            if before.method in ("*", method.upper()) and before.pattern.search(path):
+                before.remaining -= 1
+                if before.remaining <= 0:
+                    self._befores.remove(before)
+                return before
         return None
 
     def _take_fault(self, method: str, path: str) -> _Fault | None:
