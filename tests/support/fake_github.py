@@ -88,6 +88,7 @@ class _Fault:
     remaining: int
     after_effect: bool = False  # handle the request normally, then answer with the fault
     delay_s: float = 0.0  # wait this long before answering (outside the state lock)
+    query: dict[str, str] = field(default_factory=dict)  # items the query must hold
 
 
 @dataclass
@@ -195,6 +196,7 @@ class FakeGitHub:
         times: int = 1,
         after_effect: bool = False,
         delay_s: float = 0.0,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         """Queue a canned response for the next ``times`` requests matching.
 
@@ -203,7 +205,8 @@ class FakeGitHub:
         the answer comes that late (or never, for a client with a shorter timeout).
 
         ``method`` is compared case-insensitively (``"*"`` matches any); ``path_regex``
-        is searched in the path (without query). ``body`` defaults to GitHub-like
+        is searched in the path (without query); ``query`` items (e.g. ``{"page": "2"}``)
+        must all be in the request's query. ``body`` defaults to GitHub-like
         ``{"message": <reason>}``; dicts/lists are sent as JSON, str as text.
         """
         if times < 1:
@@ -211,12 +214,25 @@ class FakeGitHub:
         if body is None:
             body = {"message": _reason(status), "documentation_url": DOCS_URL}
         reply = Reply(status, body, dict(headers or {}))
-        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect, delay_s)
+        fault = _Fault(
+            method.upper(),
+            re.compile(path_regex),
+            reply,
+            times,
+            after_effect,
+            delay_s,
+            dict(query or {}),
+        )
         with self._lock:
             self._faults.append(fault)
 
     def inject_disconnect(
-        self, method: str, path_regex: str, times: int = 1, after_effect: bool = False
+        self,
+        method: str,
+        path_regex: str,
+        times: int = 1,
+        after_effect: bool = False,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         """Close the connection of the next ``times`` matching requests without answering.
 
@@ -226,7 +242,14 @@ class FakeGitHub:
         if times < 1:
             raise ValueError("times must be >= 1")
         reply = Reply(0, disconnect=True)
-        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect)
+        fault = _Fault(
+            method.upper(),
+            re.compile(path_regex),
+            reply,
+            times,
+            after_effect,
+            query=dict(query or {}),
+        )
         with self._lock:
             self._faults.append(fault)
 
@@ -355,7 +378,7 @@ class FakeGitHub:
             except threading.BrokenBarrierError:
                 pass  # timed out or stopping: answer anyway
         with self._lock:
-            fault = self._take_fault(method, path)
+            fault = self._take_fault(method, path, query)
             if fault is None:
                 if headers.get("Authorization") != f"Bearer {self.token}":
                     return _error(401, "Bad credentials")
@@ -394,9 +417,13 @@ class FakeGitHub:
                 return before
         return None
 
-    def _take_fault(self, method: str, path: str) -> _Fault | None:
+    def _take_fault(self, method: str, path: str, query: dict[str, str]) -> _Fault | None:
         for fault in self._faults:
-            if fault.method in ("*", method.upper()) and fault.pattern.search(path):
+            if (
+                fault.method in ("*", method.upper())
+                and fault.pattern.search(path)
+                and fault.query.items() <= query.items()
+            ):
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._faults.remove(fault)
