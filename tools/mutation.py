@@ -76,6 +76,7 @@ MODULES: dict[str, Module] = {
             "tests/unit/test_sticky_selection.py",
             "tests/integration/test_github_client.py",
             "tests/integration/test_client_faults.py",
+            "tests/integration/test_post_report.py",
         ),
     ),
     "client_retry": Module(
