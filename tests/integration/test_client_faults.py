@@ -9,12 +9,21 @@ how many comments exist and what they hold, not just that no exception escaped.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import requests
 
-from observer_ci.github import StickyMarker, parse_marker, post_failure, upsert_sticky_comment
+from observer_ci.github import (
+    StickyMarker,
+    find_sticky_comment,
+    parse_marker,
+    post_failure,
+    upsert_sticky_comment,
+    whoami,
+)
 from observer_ci.github_client import GitHubClient, GitHubError
 from tests.conftest import RecordingSleep
 from tests.support.fake_github import BOT_LOGIN, DEFAULT_TOKEN, FakeGitHub
@@ -330,3 +339,123 @@ def test_a_marker_found_after_faults_is_still_ours_only(
     assert (result.action, result.comment_id) == ("created", second["id"])
     assert parse_marker(second["body"]) == StickyMarker() and second["user"]["login"] == BOT_LOGIN
     assert sleep.calls == [1.0]
+
+
+# -- answers that are not what a comment endpoint returns -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "action"),
+    [("POST", {"message": "no id"}, "created"), ("PATCH", [], "updated")],
+)
+def test_an_answer_without_a_comment_is_an_error_naming_the_step(
+    gh: FakeGitHub, client: GitHubClient, method: str, body: object, action: str
+) -> None:
+    if method == "PATCH":
+        seed_ours(gh, f"{LINE}\nold")
+    gh.inject(method, LIST_RE if method == "POST" else ONE_RE, 200, body=body)
+    with pytest.raises(GitHubError) as info:
+        upsert_sticky_comment(client, OWNER, REPO, PR, "new")
+    assert (
+        str(info.value)
+        == f"no response: unexpected response when the comment was {action}: {body!r}"
+    )
+
+
+def test_a_patch_answer_without_html_url_gives_an_empty_url(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    (kept,) = seed_ours(gh, f"{LINE}\nold")
+    gh.inject("PATCH", ONE_RE, 200, body={"id": kept["id"]})
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "new")
+    assert (result.action, result.comment_id, result.html_url) == ("updated", kept["id"], "")
+
+
+def test_a_list_that_does_not_show_our_new_comment_yet_keeps_the_oldest_copy(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    # the list after our POST is stale: it misses our comment but shows a younger copy
+    user = {"login": BOT_LOGIN, "type": "Bot"}
+    younger = {"id": 99_999_999, "body": f"{LINE}\nracing", "user": user}
+    gh.before("POST", LIST_RE, lambda: gh.inject("GET", LIST_RE, 200, body=[younger]))
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    comment = only_comment(gh)
+    assert (result.action, result.comment_id) == ("created", comment["id"])
+    assert calls(gh, "DELETE", one_path(younger["id"])) == 1  # 404 here: already gone
+    assert result.deleted == 0 and calls(gh, "PATCH", one_path(younger["id"])) == 0
+
+
+def test_another_apps_copy_appearing_meanwhile_is_not_adopted(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    # identity unknown (App token): after creating, only our login counts, not any Bot
+    def other_app_posts() -> None:
+        gh.seed_comments(OWNER, REPO, PR, 1, lambda i: f"{LINE}\ntheirs", login="other[bot]")
+
+    gh.before("POST", LIST_RE, other_app_posts)
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "report")
+    theirs, ours = gh.comments(OWNER, REPO, PR)
+    assert theirs["body"] == f"{LINE}\ntheirs" and theirs["user"]["login"] == "other[bot]"
+    assert (result.action, result.comment_id, result.deleted) == ("created", ours["id"], 0)
+    assert not [r for r in gh.requests if r.method in ("PATCH", "DELETE")]
+
+
+def test_every_duplicate_is_deleted_and_counted(gh: FakeGitHub, client: GitHubClient) -> None:
+    kept, *copies = seed_ours(gh, f"{LINE}\na", f"{LINE}\nb", f"{LINE}\nc")
+    result = upsert_sticky_comment(client, OWNER, REPO, PR, "new")
+    assert (result.comment_id, result.deleted) == (kept["id"], 2)
+    assert [c["id"] for c in gh.comments(OWNER, REPO, PR)] == [kept["id"]]
+
+
+@pytest.mark.parametrize(
+    ("answer", "identity"),
+    [
+        ({"login": "ci-user", "id": 1}, "ci-user"),
+        ([{"login": "ci-user"}], None),
+        ({"login": 5}, None),
+        ({"login": ""}, None),
+        ({"id": 1}, None),
+    ],
+)
+def test_whoami_takes_only_a_login_string(
+    gh: FakeGitHub, client: GitHubClient, answer: object, identity: str | None
+) -> None:
+    gh.inject("GET", r"^/user$", 200, body=answer)
+    assert whoami(client) == identity
+
+
+def test_find_sticky_comment_honours_the_identity(gh: FakeGitHub, client: GitHubClient) -> None:
+    (person,) = gh.seed_comments(OWNER, REPO, PR, 1, lambda i: f"{LINE}\nmine", login="octocat")
+    (bot,) = seed_ours(gh, f"{LINE}\nbot")
+    assert find_sticky_comment(client, OWNER, REPO, PR) == bot
+    assert find_sticky_comment(client, OWNER, REPO, PR, identity="octocat") == person
+
+
+# -- what the job log says ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def log_lines(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
+    """The package logger's messages (it stops propagating once configured for the CLI)."""
+    package = logging.getLogger("observer_ci")
+    propagate, package.propagate = package.propagate, True
+    caplog.set_level(logging.INFO, logger="observer_ci")
+    yield lambda: [r.getMessage() for r in caplog.records if r.name.startswith("observer_ci")]
+    package.propagate = propagate
+
+
+def test_the_log_says_who_we_are_what_was_removed_and_who_was_newer(
+    gh: FakeGitHub, client: GitHubClient, log_lines: Callable[[], list[str]]
+) -> None:
+    newer = StickyMarker("default", "", 5000, 1)
+    seed_ours(gh, f"{newer.render()}\nrun 5000", f"{LINE}\ncopy")
+    result = upsert_sticky_comment(
+        client, OWNER, REPO, PR, "old", StickyMarker("default", "", 4999, 1)
+    )
+    assert result.action == "superseded"
+    assert only_comment(gh)["body"] == f"{newer.render()}\nrun 5000"
+    assert log_lines() == [
+        "token identity unknown (GET /user -> 403): Bot comments count as ours",
+        "removed 1 duplicate sticky comment(s)",
+        "a newer run (5000, attempt 1) already reported here: left as it is",
+    ]

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from observer_ci.constants import MARKER
 from observer_ci.github import (
     StickyMarker,
+    comment_login,
     is_ours,
+    marker_for,
     newer_report,
     our_copies,
     parse_marker,
@@ -268,3 +270,24 @@ def test_selection_is_the_oldest_first_line_copy_of_the_key_by_us(
     assert ids(our_copies(comments, "a", identity)) == expected
     chosen = select_sticky_comment(comments, "a", identity)
     assert (chosen["id"] if chosen else None) == (expected[0] if expected else None)
+
+
+def test_marker_for_a_key_without_a_run() -> None:
+    assert marker_for() == "<!-- observer-ci:sticky-comment key=default -->"
+    assert marker_for("") == marker_for("default")
+    assert marker_for("cpu") == "<!-- observer-ci:sticky-comment key=cpu -->"
+
+
+@pytest.mark.parametrize(
+    ("comment", "login"),
+    [
+        ({"user": {"login": "octocat", "type": "User"}}, "octocat"),
+        ({"user": {"login": None, "type": "Bot"}}, ""),
+        ({"user": {"type": "Bot"}}, ""),
+        ({"user": "octocat"}, ""),
+        ({"user": None}, ""),
+        ({}, ""),
+    ],
+)
+def test_comment_login(comment: dict, login: str) -> None:
+    assert comment_login(comment) == login
