@@ -9,9 +9,8 @@ how many comments exist and what they hold, not just that no exception escaped.
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import requests
@@ -432,16 +431,6 @@ def test_find_sticky_comment_honours_the_identity(gh: FakeGitHub, client: GitHub
 
 
 # -- what the job log says ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def log_lines(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
-    """The package logger's messages (it stops propagating once configured for the CLI)."""
-    package = logging.getLogger("observer_ci")
-    propagate, package.propagate = package.propagate, True
-    caplog.set_level(logging.INFO, logger="observer_ci")
-    yield lambda: [r.getMessage() for r in caplog.records if r.name.startswith("observer_ci")]
-    package.propagate = propagate
 
 
 def test_the_log_says_who_we_are_what_was_removed_and_who_was_newer(

@@ -5,6 +5,7 @@ the shorter retry after a 422, and every failure as an output plus a warning."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -124,7 +125,9 @@ def test_a_run_with_unusable_facts_posts_a_marker_without_them(gh: FakeGitHub) -
     assert comment["body"].split("\n", 1)[0] == StickyMarker().render()
 
 
-def test_a_422_is_answered_with_a_shorter_report_once(gh: FakeGitHub) -> None:
+def test_a_422_is_answered_with_a_shorter_report_once(
+    gh: FakeGitHub, log_lines: Callable[[], list[str]]
+) -> None:
     gh.inject("POST", LIST_RE, 422, body={"message": "Validation Failed"})
     render = Render(size=70_000)
     outputs = post_report(settings_for(gh), render)
@@ -135,6 +138,7 @@ def test_a_422_is_answered_with_a_shorter_report_once(gh: FakeGitHub) -> None:
     assert render.limits == [first, min(FALLBACK_COMMENT_MAX_CHARS, first * 3 // 4) - extra]
     (comment,) = gh.comments(OWNER, REPO, PR)
     assert len(comment["body"]) == render.limits[1] + extra
+    assert "comment rejected (Validation Failed); retrying with a shorter report" in log_lines()
 
 
 def test_a_short_report_rejected_with_422_is_retried_at_three_quarters(gh: FakeGitHub) -> None:
