@@ -448,3 +448,109 @@ def test_the_log_says_who_we_are_what_was_removed_and_who_was_newer(
         "removed 1 duplicate sticky comment(s)",
         "a newer run (5000, attempt 1) already reported here: left as it is",
     ]
+
+
+# -- error texts: what GitHub said, as the warning shows it ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {
+                "message": "Validation Failed",
+                "errors": [
+                    {"resource": "IssueComment", "field": "body", "code": "custom"},
+                    {"message": "body is too long", "code": "ignored"},
+                    "a plain string",
+                    {},
+                ],
+            },
+            "Validation Failed: IssueComment body custom; body is too long; a plain string",
+        ),
+        ({"message": "Validation Failed", "errors": []}, "Validation Failed"),
+        ({"documentation_url": "x"}, "Unprocessable Entity"),  # no message: the reason
+        (["not", "an", "object"], "['not', 'an', 'object']"),
+        (list(range(400)), str(list(range(400)))[:500]),
+        ("  plain text error\n", "plain text error"),
+        ("t" * 600, "t" * 500),
+        ("", "Unprocessable Entity"),
+    ],
+)
+def test_github_error_messages_are_read_from_any_body(
+    gh: FakeGitHub, client: GitHubClient, body: object, message: str
+) -> None:
+    gh.inject("POST", LIST_RE, 422, body=body)
+    with pytest.raises(GitHubError) as info:
+        client.post_json(LIST_PATH, {"body": "x"})
+    assert info.value.message == message
+    assert str(info.value) == f"POST {gh.url}{LIST_PATH} -> HTTP 422: {message}"
+    assert (info.value.status, info.value.method, info.value.url) == (
+        422,
+        "POST",
+        gh.url + LIST_PATH,
+    )
+
+
+def test_a_body_that_is_not_json_is_an_error_and_an_empty_one_is_none(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    gh.inject("GET", LIST_RE, 200, body="<html>proxy page</html>")
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH, params={"since": "2024"})
+    url = f"{gh.url}{LIST_PATH}?since=2024"
+    assert str(info.value) == f"GET {url} -> HTTP 200: response is not valid JSON"
+    gh.inject("GET", LIST_RE, 200, body="")
+    assert client.get_json(LIST_PATH) is None
+    assert [r.query for r in gh.requests] == [{"since": "2024"}, {}]
+
+
+def test_a_paginated_endpoint_answering_no_list_is_an_error(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    gh.inject("GET", LIST_RE, 200, body={"message": "not a list"})
+    with pytest.raises(GitHubError) as info:
+        list(client.paginate(LIST_PATH))
+    assert str(info.value) == (
+        f"GET {gh.url}{LIST_PATH}?per_page=100 -> HTTP 200: "
+        "expected a JSON list from a paginated endpoint"
+    )
+
+
+def test_a_link_to_another_origin_is_named_without_its_query(
+    gh: FakeGitHub, client: GitHubClient
+) -> None:
+    link = '<https://evil.example/steal?token=a?b>; rel="next"'
+    gh.inject("GET", LIST_RE, 200, headers={"Link": link}, body=[])
+    with pytest.raises(GitHubError) as info:
+        list(client.paginate(LIST_PATH))
+    assert info.value.url == "https://evil.example/steal"
+    assert str(info.value) == (
+        "https://evil.example/steal -> no response: "
+        "refusing to send credentials to a different origin"
+    )
+
+
+def test_each_retry_is_logged_with_what_failed(
+    gh: FakeGitHub, client: GitHubClient, log_lines: Callable[[], list[str]]
+) -> None:
+    gh.inject_disconnect("GET", LIST_RE)
+    gh.inject("GET", LIST_RE, 503)
+    assert client.get_json(LIST_PATH) == []
+    url = gh.url + LIST_PATH
+    assert log_lines() == [
+        f"GitHub GET {url} failed (connection error), retry 1/4 in 1.0s",
+        f"GitHub GET {url} failed (503), retry 2/4 in 2.0s",
+    ]
+
+
+def test_a_retry_after_equal_to_the_backoff_cap_is_waited_for(
+    gh: FakeGitHub, sleep: RecordingSleep, session: requests.Session
+) -> None:
+    client = quick_client(gh, sleep, session, max_backoff_s=5.0, timeout_s=5)
+    gh.inject("GET", LIST_RE, 429, headers={"Retry-After": "5"})
+    assert client.get_json(LIST_PATH) == [] and sleep.calls == [5.0]
+    gh.inject("GET", LIST_RE, 429, headers={"Retry-After": "5.5"})
+    with pytest.raises(GitHubError):
+        client.get_json(LIST_PATH)
+    assert sleep.calls == [5.0]
