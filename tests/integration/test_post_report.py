@@ -5,6 +5,7 @@ the shorter retry after a 422, and every failure as an output plus a warning."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 
 import pytest
@@ -62,21 +63,39 @@ def warnings_of(out: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("changes", "status"),
+    ("changes", "status", "logged"),
     [
-        ({"post_comment": False, "dry_run": True}, "disabled"),
-        ({"dry_run": True, "event": EventFacts(warning="unreadable")}, "dry-run"),
-        ({"event": EventFacts(warning="unreadable"), "token": ""}, "failed"),
-        ({"event": EventFacts(), "token": ""}, "not-a-pull-request"),
-        ({"token": ""}, "no-token"),
+        ({"post_comment": False, "dry_run": True}, "disabled", []),
+        (
+            {"dry_run": True, "event": EventFacts(warning="unreadable")},
+            "dry-run",
+            ["dry run: not posting"],
+        ),
+        (
+            {"event": EventFacts(warning="unreadable"), "token": ""},
+            "failed",
+            ["the event could not be read: no comment posted"],
+        ),
+        (
+            {"event": EventFacts(), "token": ""},
+            "not-a-pull-request",
+            ["not a pull request event: no comment"],
+        ),
+        ({"token": ""}, "no-token", []),
     ],
 )
 def test_a_gate_stops_the_post_before_any_request(
-    gh: FakeGitHub, capsys: pytest.CaptureFixture[str], changes: dict, status: str
+    gh: FakeGitHub,
+    capsys: pytest.CaptureFixture[str],
+    log_lines: Callable[[], list[str]],
+    changes: dict,
+    status: str,
+    logged: list[str],
 ) -> None:
     render = Render()
     assert post_report(settings_for(gh, **changes), render) == {"comment_status": status}
     assert gh.requests == [] and render.limits == []
+    assert log_lines() == logged
     warned = warnings_of(capsys.readouterr().out)
     if status == "no-token":
         assert warned == [
@@ -89,11 +108,14 @@ def test_a_gate_stops_the_post_before_any_request(
 # -- posting ------------------------------------------------------------------------------------
 
 
-def test_the_report_is_posted_with_the_runs_marker_and_fits_it(gh: FakeGitHub) -> None:
+def test_the_report_is_posted_with_the_runs_marker_and_fits_it(
+    gh: FakeGitHub, log_lines: Callable[[], list[str]]
+) -> None:
     render = Render()
     outputs = post_report(settings_for(gh, comment_key="cpu"), render)
     (comment,) = gh.comments(OWNER, REPO, PR)
     assert outputs == {"comment_status": "created", "comment_url": comment["html_url"]}
+    assert log_lines()[-1] == f"comment created: {comment['html_url']}"
     marker = StickyMarker("cpu", SHA, 4321, 2)
     assert comment["body"] == f"{marker.render()}\n# report\n" + "x" * 1000
     # the limit leaves room for the longer marker line
@@ -173,7 +195,13 @@ def test_a_read_only_token_is_forbidden_with_the_fork_hint(
     assert post_report(settings_for(gh), render) == {"comment_status": "forbidden"}
     assert len(render.limits) == 1  # not re-rendered: only a 422 is about the size
     (warning,) = warnings_of(capsys.readouterr().out)
-    assert "fork" in warning and "Resource not accessible by integration" in warning
+    assert warning == (
+        "::warning title=observer-ci::could not post the PR comment (a pull request from a fork"
+        " gets a read-only token: post from a workflow_run job with mode: publish, see the"
+        f" README's two-step example): POST {gh.url}/repos/{OWNER}/{REPO}/issues/{PR}/comments"
+        " -> HTTP 403: Resource not accessible by integration; the report is in the job"
+        " summary and report.md"
+    )
 
 
 def test_a_rate_limit_is_reported_as_such(
@@ -221,10 +249,16 @@ def test_a_rate_limit_warning_says_when_it_resets(seconds: int, minutes: int) ->
     assert warning.startswith("could not post the PR comment: GitHub's API rate limit; it resets")
 
 
-def test_the_reset_time_is_printed_in_utc() -> None:
-    error = GitHubError("slow down", status=429)
-    error.rate_limit_reset = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
-    kind, warning = post_failure(error, now=1_700_000_000.0 - 120)
+def test_the_reset_time_is_printed_in_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # a runner's local time need not be UTC
+    time.tzset()
+    try:
+        error = GitHubError("slow down", status=429)
+        error.rate_limit_reset = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+        kind, warning = post_failure(error, now=1_700_000_000.0 - 120)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
     assert kind == "rate-limited"
     assert "it resets at 22:13:20 UTC (in about 2 min): HTTP 429: slow down" in warning
 
