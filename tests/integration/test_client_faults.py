@@ -554,3 +554,33 @@ def test_a_retry_after_equal_to_the_backoff_cap_is_waited_for(
     with pytest.raises(GitHubError):
         client.get_json(LIST_PATH)
     assert sleep.calls == [5.0]
+
+
+@pytest.mark.parametrize("body", ["", {"documentation_url": "x"}])
+def test_an_unknown_status_without_a_message_has_an_empty_message(
+    gh: FakeGitHub, client: GitHubClient, body: object
+) -> None:
+    gh.inject("GET", LIST_RE, 499, body=body)  # no reason phrase on the status line either
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH)
+    assert (info.value.status, info.value.message) == (499, "")
+
+
+def test_a_400_is_an_error_not_an_answer(gh: FakeGitHub, client: GitHubClient) -> None:
+    gh.inject("GET", LIST_RE, 400, body={"message": "Problems parsing JSON"})
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH)
+    assert (info.value.status, info.value.message) == (400, "Problems parsing JSON")
+
+
+def test_a_client_past_its_deadline_sends_nothing_and_says_what_it_gave_up(
+    gh: FakeGitHub, sleep: RecordingSleep, session: requests.Session
+) -> None:
+    client = quick_client(gh, sleep, session, deadline_s=0.0)
+    with pytest.raises(GitHubError) as info:
+        client.get_json(LIST_PATH)
+    assert str(info.value) == (
+        f"GET {gh.url}{LIST_PATH} -> no response: "
+        "gave up: no usable answer from the GitHub API within 0s"
+    )
+    assert gh.requests == [] and sleep.calls == []
