@@ -222,6 +222,7 @@ def test_with_marker_replaces_only_a_leading_marker() -> None:
     assert with_marker(f"{line(run=3)}\n# Report", new) == f"{new.render()}\n# Report"
     assert with_marker(f"\n\n{MARKER}\n# Report", new) == f"{new.render()}\n# Report"
     assert with_marker(MARKER, new) == f"{new.render()}\n"
+    assert with_marker(f"{MARKER}\n\n", new) == f"{new.render()}\n\n"  # kept as posted
     quoted = f"> {MARKER}\n# Report"  # not a marker line: kept as text
     assert with_marker(quoted, new) == f"{new.render()}\n{quoted}"
     assert parse_marker(with_marker(quoted, new)) == new
