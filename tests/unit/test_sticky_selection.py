@@ -25,6 +25,7 @@ from observer_ci.github import (
     our_copies,
     parse_marker,
     select_sticky_comment,
+    valid_comment_key,
     with_marker,
 )
 
@@ -292,3 +293,17 @@ def test_marker_for_a_key_without_a_run() -> None:
 )
 def test_comment_login(comment: dict, login: str) -> None:
     assert comment_login(comment) == login
+
+
+@pytest.mark.parametrize(("key", "valid"), [("", "default"), ("  ", "default"), (" cpu ", "cpu")])
+def test_a_blank_comment_key_is_the_default_one(key: str, valid: str) -> None:
+    assert valid_comment_key(key) == valid
+
+
+def test_a_comment_key_that_could_break_the_marker_is_refused_with_the_rule() -> None:
+    with pytest.raises(ValueError) as info:
+        valid_comment_key("a -->")
+    assert str(info.value) == (
+        "comment key must be 1-64 letters, digits, '.', '_' or '-' "
+        "(starting with a letter or digit), got 'a -->'"
+    )
