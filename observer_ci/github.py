@@ -156,10 +156,11 @@ def comment_login(comment: dict) -> str:
 
 
 def is_ours(comment: dict, identity: str | None) -> bool:
-    """Written by our identity: its login, or (identity unknown) any Bot account."""
+    """Written by our identity: its login (GitHub logins ignore case), or (identity
+    unknown) any Bot account."""
     user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
     if identity:
-        return comment_login(comment) == identity
+        return comment_login(comment).casefold() == identity.casefold()
     return user.get("type") == "Bot"
 
 

@@ -118,6 +118,7 @@ def test_ownership_decides_when_marker_key_and_age_tie() -> None:
         ({"login": BOT, "type": "Bot"}, None, True),
         ({"login": "octocat", "type": "User"}, None, False),
         ({"login": "octocat", "type": "User"}, "octocat", True),
+        ({"login": "OctoCat", "type": "User"}, "octocat", True),  # logins ignore case
         ({"login": BOT, "type": "Bot"}, "octocat", False),
         ({"login": "octocat[bot]", "type": "Bot"}, "octocat", False),  # exact login only
         ({"type": "Bot"}, "", True),  # an empty identity is an unknown one
