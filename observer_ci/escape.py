@@ -140,7 +140,6 @@ def code_block(
     says how much was cut. ``summary`` is untrusted too and is escaped.
     """
     text = _normalise(s).strip("\n")
-    note = ""
     if len(text) > max_chars:
         omitted = len(text) - max_chars
         kept = text[-max_chars:] if keep == "tail" else text[:max_chars]

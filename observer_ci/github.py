@@ -156,10 +156,11 @@ def comment_login(comment: dict) -> str:
 
 
 def is_ours(comment: dict, identity: str | None) -> bool:
-    """Written by our identity: its login, or (identity unknown) any Bot account."""
+    """Written by our identity: its login (GitHub logins ignore case), or (identity
+    unknown) any Bot account."""
     user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
     if identity:
-        return comment_login(comment) == identity
+        return comment_login(comment).casefold() == identity.casefold()
     return user.get("type") == "Bot"
 
 
@@ -181,6 +182,16 @@ def select_sticky_comment(
     """The sticky comment to keep: the oldest of ours for the key (None if there is none)."""
     copies = our_copies(comments, comment_key, identity)
     return copies[0] if copies else None
+
+
+def newer_report(copies: Iterable[dict], marker: StickyMarker) -> dict | None:
+    """The copy holding the newest report when it is newer than ours (``marker``), else
+    None. Newest: the largest ``(run, attempt)``, then the largest id (written last); an
+    equal run and attempt (the same run posting again) is not newer."""
+    newest = max(copies, key=lambda c: (_order(c), _int_or_zero(c.get("id"))), default=None)
+    if newest is None or marker.order >= _order(newest):
+        return None
+    return newest
 
 
 def repo_from_env(value: str | None) -> tuple[str, str]:
@@ -288,9 +299,8 @@ def _converge(
     """Keep the oldest copy, holding the newest report (ours unless a newer run's is
     there); delete the other copies."""
     keep = copies[0]
-    newest = max(copies, key=lambda c: (_order(c), _int_or_zero(c.get("id"))))
-    ours_is_newest = marker.order >= _order(newest)
-    wanted = body if ours_is_newest else str(newest.get("body") or "")
+    newer = newer_report(copies, marker)
+    wanted = body if newer is None else str(newer.get("body") or "")
     if keep.get("body") != wanted:
         path = f"{_repo_path(owner, repo)}/issues/comments/{int(keep['id'])}"
         try:
@@ -305,12 +315,12 @@ def _converge(
             deleted += 1
     if deleted:
         logger.info("removed %d duplicate sticky comment(s)", deleted)
-    if not ours_is_newest:
+    if newer is not None:
         action = COMMENT_SUPERSEDED
         logger.info(
             "a newer run (%s, attempt %s) already reported here: left as it is",
-            _marker_of(newest).run,
-            _marker_of(newest).attempt,
+            _marker_of(newer).run,
+            _marker_of(newer).attempt,
         )
     elif created is not None and keep.get("id") == created.get("id"):
         action = COMMENT_CREATED

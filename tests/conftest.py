@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 
 import pytest
 import requests
@@ -57,3 +58,13 @@ def session() -> Iterator[requests.Session]:
 def client(gh: FakeGitHub, sleep: RecordingSleep, session: requests.Session) -> GitHubClient:
     """A client of ``gh`` with the default retry settings."""
     return GitHubClient(gh.url, DEFAULT_TOKEN, sleep=sleep, session=session, timeout_s=5)
+
+
+@pytest.fixture
+def log_lines(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
+    """The package logger's messages (it stops propagating once configured for the CLI)."""
+    package = logging.getLogger("observer_ci")
+    propagate, package.propagate = package.propagate, True
+    caplog.set_level(logging.INFO, logger="observer_ci")
+    yield lambda: [r.getMessage() for r in caplog.records if r.name.startswith("observer_ci")]
+    package.propagate = propagate

@@ -59,8 +59,14 @@ MODULES: dict[str, Module] = {
     ),
     "report_fitting": Module(
         "observer_ci/report.py",
-        ("observer_ci.report.x_render_report*", "observer_ci.report.x__hard_cut*"),
-        ("tests/unit/test_report.py",),
+        (
+            "observer_ci.report.x_render_report*",
+            "observer_ci.report.x_fit_report*",
+            "observer_ci.report.x_report_levels*",
+            "observer_ci.report.x__level_texts*",
+            "observer_ci.report.x__hard_cut*",
+        ),
+        ("tests/unit/test_report.py", "tests/unit/test_report_fitting.py"),
     ),
     "sticky_selection": Module(
         "observer_ci/github.py",
@@ -70,6 +76,7 @@ MODULES: dict[str, Module] = {
             "tests/unit/test_sticky_selection.py",
             "tests/integration/test_github_client.py",
             "tests/integration/test_client_faults.py",
+            "tests/integration/test_post_report.py",
         ),
     ),
     "client_retry": Module(

@@ -109,7 +109,9 @@ def test_a_damaged_entry_is_rebuilt_by_the_next_run(cold_and_hit, tmp_path):
     onnx_file.write_bytes(onnx_file.read_bytes()[:-7])  # a partial write
     rebuilt = run_mlp(tmp_path / "out", tmp_path / "cache")
     assert rebuilt.status == "ok" and rebuilt.export.cached is False
-    assert ExportCache(tmp_path / "cache").load(cold.export.cache_key, tmp_path / "x.onnx")
+    loaded = ExportCache(tmp_path / "cache").load(cold.export.cache_key, tmp_path / "x.onnx")
+    assert loaded is not None and loaded.node_count == cold.export.node_count
+    assert (tmp_path / "x.onnx").read_bytes() == onnx_file.read_bytes()  # the rebuilt file
 
 
 MODEL_FILE = """

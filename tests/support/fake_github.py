@@ -17,8 +17,10 @@ Comments created through the API are authored by ``login`` (default
 (else 401). Faults queued with :meth:`FakeGitHub.inject` are served before normal
 handling (optionally after a delay: an API that does not answer); :meth:`FakeGitHub.hold`
 makes the first N matching requests wait for each other (a deterministic race);
-``latency_s`` delays every answer. Requests are served concurrently, state changes one at
-a time. The server binds to and only answers loopback clients.
+``latency_s`` delays every answer; :meth:`FakeGitHub.before` runs an action (e.g.
+:meth:`FakeGitHub.delete_comment`) just before a matching request is handled.
+Requests are served concurrently, state changes one at a time. The server binds to and
+only answers loopback clients.
 
     with FakeGitHub(token="t") as gh:
         gh.inject("GET", r"/comments$", 502, times=2)
@@ -86,6 +88,15 @@ class _Fault:
     remaining: int
     after_effect: bool = False  # handle the request normally, then answer with the fault
     delay_s: float = 0.0  # wait this long before answering (outside the state lock)
+    query: dict[str, str] = field(default_factory=dict)  # items the query must hold
+
+
+@dataclass
+class _Before:
+    method: str
+    pattern: re.Pattern[str]
+    action: Callable[[], None]
+    remaining: int
 
 
 @dataclass
@@ -117,6 +128,7 @@ class FakeGitHub:
         self.latency_s = latency_s
         self._stopping = threading.Event()
         self._holds: list[_Hold] = []
+        self._befores: list[_Before] = []
         self._lock = threading.Lock()
         self._comments: dict[_Key, list[dict]] = {}
         self._runs: dict[_Key, dict] = {}
@@ -184,6 +196,7 @@ class FakeGitHub:
         times: int = 1,
         after_effect: bool = False,
         delay_s: float = 0.0,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         """Queue a canned response for the next ``times`` requests matching.
 
@@ -192,7 +205,8 @@ class FakeGitHub:
         the answer comes that late (or never, for a client with a shorter timeout).
 
         ``method`` is compared case-insensitively (``"*"`` matches any); ``path_regex``
-        is searched in the path (without query). ``body`` defaults to GitHub-like
+        is searched in the path (without query); ``query`` items (e.g. ``{"page": "2"}``)
+        must all be in the request's query. ``body`` defaults to GitHub-like
         ``{"message": <reason>}``; dicts/lists are sent as JSON, str as text.
         """
         if times < 1:
@@ -200,12 +214,25 @@ class FakeGitHub:
         if body is None:
             body = {"message": _reason(status), "documentation_url": DOCS_URL}
         reply = Reply(status, body, dict(headers or {}))
-        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect, delay_s)
+        fault = _Fault(
+            method.upper(),
+            re.compile(path_regex),
+            reply,
+            times,
+            after_effect,
+            delay_s,
+            dict(query or {}),
+        )
         with self._lock:
             self._faults.append(fault)
 
     def inject_disconnect(
-        self, method: str, path_regex: str, times: int = 1, after_effect: bool = False
+        self,
+        method: str,
+        path_regex: str,
+        times: int = 1,
+        after_effect: bool = False,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         """Close the connection of the next ``times`` matching requests without answering.
 
@@ -215,7 +242,14 @@ class FakeGitHub:
         if times < 1:
             raise ValueError("times must be >= 1")
         reply = Reply(0, disconnect=True)
-        fault = _Fault(method.upper(), re.compile(path_regex), reply, times, after_effect)
+        fault = _Fault(
+            method.upper(),
+            re.compile(path_regex),
+            reply,
+            times,
+            after_effect,
+            query=dict(query or {}),
+        )
         with self._lock:
             self._faults.append(fault)
 
@@ -225,6 +259,17 @@ class FakeGitHub:
         barrier = threading.Barrier(count, timeout=timeout_s)
         with self._lock:
             self._holds.append(_Hold(method.upper(), re.compile(path_regex), barrier, count))
+
+    def before(
+        self, method: str, path_regex: str, action: Callable[[], None], times: int = 1
+    ) -> None:
+        """Run ``action`` (without the state lock: it may call :meth:`delete_comment`)
+        just before the next ``times`` matching requests are handled, e.g. a comment
+        deleted by someone else between our list and our edit."""
+        if times < 1:
+            raise ValueError("times must be >= 1")
+        with self._lock:
+            self._befores.append(_Before(method.upper(), re.compile(path_regex), action, times))
 
     def pending_faults(self) -> int:
         """How many injected responses have not been served yet."""
@@ -291,6 +336,11 @@ class FakeGitHub:
             self._pulls[_key(owner, repo, number)] = pull
         return copy.deepcopy(pull)
 
+    def delete_comment(self, owner: str, repo: str, comment_id: int) -> None:
+        """Delete a comment as someone else would (no request is recorded)."""
+        with self._lock:
+            self._delete(owner, repo, int(comment_id))
+
     def comments(self, owner: str, repo: str, pr: int) -> list[dict]:
         """A copy of the PR's comments, oldest first."""
         with self._lock:
@@ -319,13 +369,16 @@ class FakeGitHub:
         with self._lock:
             self._record(method, path, query, headers)
             hold = self._take_hold(method, path)
+            before = self._take_before(method, path)
+        if before is not None:
+            before.action()
         if hold is not None:
             try:
                 hold.barrier.wait()
             except threading.BrokenBarrierError:
                 pass  # timed out or stopping: answer anyway
         with self._lock:
-            fault = self._take_fault(method, path)
+            fault = self._take_fault(method, path, query)
             if fault is None:
                 if headers.get("Authorization") != f"Bearer {self.token}":
                     return _error(401, "Bad credentials")
@@ -355,9 +408,22 @@ class FakeGitHub:
                 return hold
         return None
 
-    def _take_fault(self, method: str, path: str) -> _Fault | None:
+    def _take_before(self, method: str, path: str) -> _Before | None:
+        for before in self._befores:
+            if before.method in ("*", method.upper()) and before.pattern.search(path):
+                before.remaining -= 1
+                if before.remaining <= 0:
+                    self._befores.remove(before)
+                return before
+        return None
+
+    def _take_fault(self, method: str, path: str, query: dict[str, str]) -> _Fault | None:
         for fault in self._faults:
-            if fault.method in ("*", method.upper()) and fault.pattern.search(path):
+            if (
+                fault.method in ("*", method.upper())
+                and fault.pattern.search(path)
+                and fault.query.items() <= query.items()
+            ):
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._faults.remove(fault)

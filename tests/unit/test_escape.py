@@ -177,3 +177,63 @@ def test_each_structural_character_is_escaped_where_it_would_act(char):
     out = escape_cell(f"a{char}b")
     assert out != f"a{char}b"
     assert _words(parse(_table(out)).cell_text[2]) == f"a{char}b"
+
+
+# -- exact shapes and boundaries (each assertion kills a one-character change) ----------------
+
+
+def _block(body: str, summary: str = "Error", attr: str = "") -> str:
+    return f"<details{attr}><summary>{summary}</summary>\n\n<pre>\n{body}\n</pre>\n\n</details>"
+
+
+def test_code_block_exact_shape_defaults_and_open() -> None:
+    assert code_block("boom") == _block("boom")  # summary "Error", collapsed
+    assert code_block("boom", open_=True) == _block("boom", attr=" open")
+    # only surrounding blank lines go: indentation and tabs inside are kept
+    assert code_block("\n\n  indented\n\tTab \n\n") == _block("  indented\n\tTab ")
+    assert code_block("R&D") == _block("R&amp;D")
+    assert code_block("XMAS\nX") == _block("XMAS\nX")
+
+
+def test_code_block_at_exactly_max_chars_is_not_cut() -> None:
+    assert code_block("abcde", max_chars=5) == _block("abcde")
+
+
+@pytest.mark.parametrize(
+    ("keep", "body"),
+    [
+        ("tail", f"{TRUNCATED_NOTE} (4 characters omitted)\nefghij"),
+        ("head", f"abcdef\n{TRUNCATED_NOTE} (4 characters omitted)"),
+    ],
+)
+def test_code_block_cut_keeps_its_end_and_puts_the_note_on_the_cut_side(
+    keep: str, body: str
+) -> None:
+    assert code_block("abcdefghij", max_chars=6, keep=keep) == _block(body)
+
+
+def test_code_block_summary_is_one_line_of_at_most_200_characters() -> None:
+    assert code_block("x", "a\n  b\tc") == _block("x", "a b c")
+    assert code_block("x", "s" * 200) == _block("x", "s" * 200)
+    assert code_block("x", "s" * 201) == _block("x", "s" * 199 + "…")
+
+
+def test_escape_cell_turns_tabs_into_spaces() -> None:
+    assert escape_cell("a\tb\t\tc") == "a b  c"
+
+
+def test_escape_html_escapes_both_characters_exactly() -> None:
+    assert escape_html("a<b & c&amp;") == "a&lt;b &amp; c&amp;amp;"
+
+
+def test_escape_text_strips_only_spaces_and_tabs_that_would_indent() -> None:
+    # an em space does not open a code block or a heading: kept, and '#' stays as written
+    assert escape_text("\u2003# x") == "\u2003# x"
+    assert escape_text(" \t# x") == "\\# x"
+
+
+def test_truncate_boundaries() -> None:
+    assert truncate("abcdefgh", 4, keep="tail") == "…fgh"
+    assert truncate("abc", 2) == "a…"
+    assert truncate("abc", 2, keep="tail") == "…c"
+    assert truncate("abc", 1, keep="tail") == "…"

@@ -210,3 +210,11 @@ def test_error_and_client_never_show_token() -> None:
 )
 def test_rate_limit_delay_edges(headers, wait):
     assert rate_limit_delay(headers, now=100.0) == wait
+
+
+def test_github_error_defaults() -> None:
+    error = GitHubError("boom")
+    assert error.args == ("boom",) and error.message == "boom"
+    assert error.ambiguous is False and error.rate_limited is False
+    assert (error.status, error.method, error.url) == (None, None, None)
+    assert (error.retry_after_s, error.rate_limit_reset) == (None, None)

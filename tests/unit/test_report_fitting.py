@@ -7,7 +7,7 @@ from functools import cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observer_ci.report import LEVELS, MARKER, TRUNCATION_NOTE, fit_report, report_levels
+from observer_ci.report import LEVELS, MARKER, TRUNCATION_NOTE, _hard_cut, fit_report, report_levels
 from observer_ci.results import (
     ExportResult,
     InputInfo,
@@ -114,3 +114,58 @@ def test_every_limit_near_the_hard_cut_is_respected():
     minimal = _levels(2, 0)[-1]
     for limit in range(1, len(minimal) + 5):
         assert len(fit_report(head, regs, max_chars=limit)[0]) <= limit
+
+
+# -- exact boundaries ----------------------------------------------------------------------
+
+
+def test_a_level_exactly_as_long_as_the_limit_is_chosen():
+    head, regs = _case(3, 30)
+    levels = _levels(3, 30)
+    for text in levels:
+        first_fitting = next(k for k, t in enumerate(levels) if len(t) <= len(text))
+        assert fit_report(head, regs, max_chars=len(text)) == (
+            levels[first_fitting],
+            LEVELS[first_fitting],
+        )
+    shortest = min(len(t) for t in levels)
+    assert fit_report(head, regs, max_chars=shortest - 1)[1] is None
+
+
+def test_levels_render_with_the_base_and_the_options():
+    head, regs = _case(2, 0)
+    plain = report_levels(head, regs)
+    titled = report_levels(head, regs, title="nightly-gpu")
+    with_base = report_levels(head, regs, head)
+    assert all("nightly-gpu" in t for t in titled) and not any("nightly-gpu" in t for t in plain)
+    assert all(a != b for a, b in zip(plain, with_base))
+
+
+_NOTE = f"\n\n{TRUNCATION_NOTE}\n"
+_MINIMAL = f"{MARKER}\n{TRUNCATION_NOTE}\n"
+
+
+def test_hard_cut_keeps_whole_lines_and_strips_the_cut_end():
+    text = f"{MARKER}\nline one   \nline two\nline three is long"
+    room = len(f"{MARKER}\nline one   \nline tw") + len(_NOTE)
+    assert _hard_cut(text, room) == f"{MARKER}\nline one{_NOTE}"
+
+
+def test_hard_cut_cuts_one_long_line_mid_line():
+    text = f"{MARKER}\n" + "y" * 500
+    room = len(MARKER) + 1 + 300 + len(_NOTE)
+    assert _hard_cut(text, room) == f"{MARKER}\n{'y' * 300}{_NOTE}"
+
+
+def test_hard_cut_with_nothing_left_after_the_marker_is_the_minimal_text():
+    text = f"{MARKER}\n   \n" + "z" * 500
+    room = len(MARKER) + 5 + len(_NOTE)  # the cut ends in the blank line
+    assert len(_MINIMAL) < room
+    assert _hard_cut(text, room) == _MINIMAL
+
+
+def test_hard_cut_at_and_below_the_minimal_length():
+    text = f"{MARKER}\n" + "w" * 500
+    assert _hard_cut(text, len(_MINIMAL)) == _MINIMAL
+    assert _hard_cut(text, len(_MINIMAL) - 1) == _MINIMAL[:-1]
+    assert _hard_cut(text, 5) == MARKER[:5]
