@@ -136,8 +136,10 @@ def llama(out: Path) -> float:
         layers = [
             (la.keys, la.values) for la in getattr(cache, "layers", []) if la.keys is not None
         ]
-        empty = torch.zeros(2, 2, 0, 16)
-        pairs = [(k.clone(), v.clone()) for k, v in layers] or [(empty, empty)] * 2
+        # distinct empty tensors: one tensor fed as several inputs is exported as one
+        pairs = [(k.clone(), v.clone()) for k, v in layers] or [
+            (torch.zeros(2, 2, 0, 16), torch.zeros(2, 2, 0, 16)) for _ in range(2)
+        ]
         calls.append({**{n: kwargs[n].clone() for n in names}, "pairs": pairs})
 
     def after(module, args, kwargs, output):
@@ -149,12 +151,13 @@ def llama(out: Path) -> float:
         model.generate(
             input_ids,
             attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=3,
+            max_new_tokens=5,  # as the example: 5 forward calls, the first 3 kept
             do_sample=False,
             pad_token_id=0,
         )
     pre.remove()
     post.remove()
+    calls, outputs = calls[:3], outputs[:3]  # the example's store_n_calls=3
     sample = calls[0]  # the prefill (seq >= 2: a decode step traces is_causal as SymBool)
     kwargs = {n: sample[n] for n in names}
     kwargs["past_key_values"] = make_dynamic_cache(sample["pairs"])
