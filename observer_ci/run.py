@@ -18,12 +18,12 @@ import torch
 
 from observer_ci import registry
 from observer_ci.causes import add_sample_difference, explain_exception, explain_script_error
-from observer_ci.constants import DEFAULT_OPSET
+from observer_ci.constants import DEFAULT_OPSET, FEEDS_MAX_BYTES
 from observer_ci.dim_names import name_dims
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
-from observer_ci.export_cache import cached_export, export_key
+from observer_ci.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.graph_warnings import graph_warnings
 from observer_ci.journal import JournalWriter
 from observer_ci.logs import log_group, quiet_third_party
@@ -61,8 +61,10 @@ class RunConfig:
     repeat: int = 10
     probe: bool = True
     cache_dir: str | None = None  # export cache shared by runs (None: no cache)
+    cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB  # its size cap (None: no cap)
     threads: int | None = None  # onnxruntime intra-op threads (None: its default)
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
+    feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""
@@ -273,7 +275,9 @@ def process_model(
     progress(f"{entry.name}: exporting ({obs.num_obs()} calls observed)")
     onnx_path = out_dir / "onnx" / f"{safe_filename(entry.name)}.onnx"
     with phase("export"):
-        result.export = export_model(entry, onnx_path, cache_dir=config.cache_dir)
+        result.export = export_model(
+            entry, onnx_path, cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes
+        )
     result.notes.extend(result.export.notes)
     if not result.export.ok:
         result.status, result.error = STATUS_EXPORT_FAILED, result.export.error
@@ -309,8 +313,8 @@ def process_model(
         f"({config.warmup} warm-up + {config.repeat} timed runs each) "
         f"in {result.phase_seconds['replay']:.1f}s"
     )
-    if config.save_feeds:
-        _save_feeds(entry, session, onnx_path)
+    if config.save_feeds and (note := _save_feeds(entry, session, onnx_path, config)):
+        result.notes.append(note)
     if config.probe:
         with phase("probe"):
             try:
@@ -344,7 +348,11 @@ def process_model(
 
 
 def export_model(
-    entry: registry.ObservedModel, onnx_path: Path, *, cache_dir: str | None = None
+    entry: registry.ObservedModel,
+    onnx_path: Path,
+    *,
+    cache_dir: str | None = None,
+    cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB,
 ) -> ExportResult:
     """The "export this model" step, through the export cache when ``cache_dir`` is set."""
 
@@ -359,7 +367,9 @@ def export_model(
             named_dims=True,
         )
 
-    return cached_export(export, lambda: export_cache_key(entry), onnx_path, cache_dir)
+    return cached_export(
+        export, lambda: export_cache_key(entry), onnx_path, cache_dir, cache_max_bytes
+    )
 
 
 def export_cache_key(entry: registry.ObservedModel) -> str:
@@ -373,9 +383,12 @@ def export_cache_key(entry: registry.ObservedModel) -> str:
     )
 
 
-def _save_feeds(entry: registry.ObservedModel, session: object, onnx_path: Path) -> None:
-    """The onnxruntime inputs of every observed call, for :mod:`observer_ci.paired`."""
-    from observer_ci.paired import save_feeds
+def _save_feeds(
+    entry: registry.ObservedModel, session: object, onnx_path: Path, config: RunConfig
+) -> str | None:
+    """The onnxruntime inputs of every observed call, for :mod:`observer_ci.paired`, within
+    ``config.feeds_max_bytes``; a note when some or all were not saved."""
+    from observer_ci.paired import save_feeds_within
     from observer_ci.replay import match_feeds
 
     obs = entry.observer
@@ -385,9 +398,12 @@ def _save_feeds(entry: registry.ObservedModel, session: object, onnx_path: Path)
             match_feeds(onnx_inputs, obs.leaf_names(), obs.infer_arguments(i, flat=True))
             for i in range(obs.num_obs())
         ]
-        save_feeds(feeds, onnx_path)
+        note = save_feeds_within(feeds, onnx_path, config.feeds_max_bytes)
     except Exception as e:  # paired timing then says why it has no inputs
-        progress_line(f"{entry.name}: inputs not saved for paired timing: {error_tail(e)}")
+        note = f"inputs not saved for paired timing: {error_tail(e)}"
+    if note:
+        progress_line(f"{entry.name}: {note}")
+    return note
 
 
 def _status(observations: list[ObservationResult]) -> str:
