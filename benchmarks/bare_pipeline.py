@@ -1,11 +1,14 @@
 """The bare essential pipeline of a shipped example, written directly (no observer-ci):
 import, run the example's model calls, ``torch.onnx.export(dynamo=True)`` with hand-written
 dynamic shapes, replay every call in onnxruntime and compare. The yardstick of
-``bench_speed.py``. Run: python benchmarks/bare_pipeline.py mlp|text|llama OUT_DIR
+``bench_speed.py``; prints its phases' seconds as JSON (``phases: {...}``), the export and
+the replay timed, the script being the rest of the example's function.
+Run: python benchmarks/bare_pipeline.py mlp|text|llama OUT_DIR
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -15,9 +18,11 @@ import onnxruntime as ort
 import torch
 
 DYNAMIC = torch.export.Dim.DYNAMIC
+PHASES: dict[str, float] = {}
 
 
 def replay(onnx_path: Path, feeds: list[dict[str, np.ndarray]], expected: list[list[np.ndarray]]):
+    start = time.perf_counter()
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     worst = 0.0
     for feed, want in zip(feeds, expected):
@@ -29,10 +34,12 @@ def replay(onnx_path: Path, feeds: list[dict[str, np.ndarray]], expected: list[l
             got = session.run(None, feed)
             times.append(time.perf_counter() - begin)
         worst = max([worst, *(float(np.abs(g - w).max()) for g, w in zip(got, want) if g.size)])
+    PHASES["replay"] = time.perf_counter() - start
     return worst
 
 
 def export(model, args, kwargs, dynamic_shapes, path: Path) -> None:
+    begin = time.perf_counter()
     with torch.no_grad():
         program = torch.onnx.export(
             model,
@@ -44,6 +51,7 @@ def export(model, args, kwargs, dynamic_shapes, path: Path) -> None:
             verbose=False,
         )
     program.save(str(path))
+    PHASES["export"] = time.perf_counter() - begin
 
 
 def mlp(out: Path) -> float:
@@ -182,8 +190,11 @@ def llama(out: Path) -> float:
 def main() -> None:
     which, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
+    begin = time.perf_counter()
     worst = {"mlp": mlp, "text": text, "llama": llama}[which](out)
+    PHASES["script"] = time.perf_counter() - begin - PHASES["export"] - PHASES["replay"]
     print(f"{which}: max abs diff {worst:.2e}")
+    print("phases: " + json.dumps(PHASES))
 
 
 if __name__ == "__main__":
