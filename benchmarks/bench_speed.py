@@ -15,8 +15,12 @@ the child processes) ratios: on a machine shared with other jobs the CPU ratio m
 The load average is printed before and after each part. Part 1 also prints the median
 seconds of each phase (observer-ci's ``phase_seconds``, the bare pipeline's own; "other"
 is the rest of the process: interpreter, imports, report, exit). Prints figures, asserts
-nothing. Shared machines are noisy: raise ``--rounds`` and read the spread (min..max). Run:
+nothing. Shared machines are noisy: raise ``--rounds`` and read the spread (min..max).
+``--pin 0`` runs parts 1 and 2 on one processor (``taskset``): torch's and onnxruntime's
+thread pools then have one thread, so other jobs' load cannot stall a thread a parallel
+region waits for (on a loaded 2-core machine that swings torch timings 50x). Run:
     python benchmarks/bench_speed.py [--rounds 3] [--no-llama] [--only run,cache,base,registry]
+        [--pin CPUS]
 """
 
 from __future__ import annotations
@@ -62,11 +66,13 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+PIN: list[str] = []  # ["taskset", "-c", CPUS] with --pin
+
+
 def timed(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Timing:
+    cmd = [*PIN, *cmd]
     cpu, begin = children_cpu(), time.perf_counter()
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True
-    )
+    proc = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True)
     seconds, cpu = time.perf_counter() - begin, children_cpu() - cpu
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited with {proc.returncode}: {proc.stderr[-2000:]}")
@@ -321,10 +327,14 @@ def main() -> None:
     parser.add_argument("--no-llama", action="store_true")
     parser.add_argument("--only", default="run,cache,base,registry")
     parser.add_argument("--examples", default="mlp,text,llama")
+    parser.add_argument("--pin", help="processors for parts 1 and 2 (taskset -c), e.g. 0")
     args = parser.parse_args()
+    if args.pin:
+        PIN[:] = ["taskset", "-c", args.pin]
     names = [n for n in args.examples.split(",") if not (args.no_llama and n == "llama")]
     parts = set(args.only.split(","))
-    print(f"{os.cpu_count()} cores; medians of per-pair ratios over {args.rounds} rounds")
+    pinned = f", runs pinned to processor(s) {args.pin}" if args.pin else ""
+    print(f"{os.cpu_count()} cores; medians of per-pair ratios over {args.rounds} rounds{pinned}")
     with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
         if "run" in parts:
             bench_run_vs_bare(names, args.rounds, Path(tmp) / "a")
