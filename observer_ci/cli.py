@@ -178,9 +178,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         journal=args.journal,
     )
     code = publish(head, base, Path(args.out), thresholds, fail_on)
-    import gc
-
-    gc.freeze()  # the results are written: no collector pass over torch's objects at exit
     return EXIT_OK if args.no_gate else code
 
 
