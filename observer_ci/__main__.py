@@ -1,10 +1,5 @@
-import gc
 import sys
 
-from observer_ci.cli import main
+from observer_ci.cli import command
 
-code = main()
-# Everything is written: spare the exit the collector's pass over every object (torch,
-# onnxscript's registry, the models: about 0.6 s of CPU after a run).
-gc.freeze()
-sys.exit(code)
+sys.exit(command())
