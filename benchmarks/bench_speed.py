@@ -10,15 +10,25 @@
    extra model or retried export sample.
 
 Each figure is the median of per-pair ratios; A and B alternate (A B B A ...) so a machine
-that drifts moves both. Prints figures, asserts nothing. Shared machines are noisy: raise
-``--rounds`` and read the spread (min..max). Run:
+that drifts moves both. Whole-process figures come as wall-clock and CPU (user + system of
+the child processes) ratios: on a machine shared with other jobs the CPU ratio moves less.
+The load average is printed before and after each part. Part 1 also prints the median
+seconds of each phase (observer-ci's ``phase_seconds``, the bare pipeline's own; "other"
+is the rest of the process: interpreter, imports, report, exit). Prints figures, asserts
+nothing. Shared machines are noisy: raise ``--rounds`` and read the spread (min..max).
+``--pin 0`` runs parts 1 and 2 on one processor (``taskset``): torch's and onnxruntime's
+thread pools then have one thread, so other jobs' load cannot stall a thread a parallel
+region waits for (on a loaded 2-core machine that swings torch timings 50x). Run:
     python benchmarks/bench_speed.py [--rounds 3] [--no-llama] [--only run,cache,base,registry]
+        [--pin CPUS]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -26,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,43 +48,107 @@ EXAMPLES = {
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
 
-def wall(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> float:
-    begin = time.perf_counter()
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=env or ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    seconds = time.perf_counter() - begin
+@dataclass
+class Timing:
+    """One measured run: wall-clock seconds, CPU seconds of its child processes, phases."""
+
+    wall: float
+    cpu: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+PIN: list[str] = []  # ["taskset", "-c", CPUS] with --pin
+
+
+def timed(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Timing:
+    cmd = [*PIN, *cmd]
+    cpu, begin = children_cpu(), time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env or ENV, capture_output=True, text=True)
+    seconds, cpu = time.perf_counter() - begin, children_cpu() - cpu
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited with {proc.returncode}: {proc.stderr[-2000:]}")
-    return seconds
+    phases = next(
+        (
+            json.loads(line[len("phases: ") :])
+            for line in proc.stdout.splitlines()[::-1]
+            if line.startswith("phases: ")
+        ),
+        {},
+    )
+    return Timing(seconds, cpu, phases)
 
 
-def paired(a: Callable[[], float], b: Callable[[], float], rounds: int) -> dict[str, float]:
+def run_phases(timing: Timing, out: Path) -> Timing:
+    """Adds the phases observer-ci recorded in ``out/results.json`` (summed over models)."""
+    models = json.loads((out / "results.json").read_text())["models"]
+    for key in ("script", "infer", "export", "replay", "probe"):
+        seconds = [m.get("phase_seconds", {}).get(key, 0.0) for m in models]
+        timing.phases[key] = max(seconds) if key == "script" else sum(seconds)  # script: shared
+    return timing
+
+
+def as_timing(value: float | Timing) -> Timing:
+    return value if isinstance(value, Timing) else Timing(value)
+
+
+def paired(
+    a: Callable[[], float | Timing], b: Callable[[], float | Timing], rounds: int
+) -> dict[str, object]:
     """Median and spread of a/b over interleaved pairs (A B, B A, A B, ...)."""
-    ratios, a_s, b_s = [], [], []
+    pairs: list[tuple[Timing, Timing]] = []
     for r in range(rounds):
         if r % 2 == 0:
-            ta, tb = a(), b()
+            ta = as_timing(a())
+            tb = as_timing(b())
         else:
-            tb, ta = b(), a()
-        ratios.append(ta / tb)
-        a_s.append(ta)
-        b_s.append(tb)
-    return {
+            tb = as_timing(b())
+            ta = as_timing(a())
+        pairs.append((ta, tb))
+    ratios = [ta.wall / tb.wall for ta, tb in pairs]
+    figure: dict[str, object] = {
         "ratio": statistics.median(ratios),
         "min": min(ratios),
         "max": max(ratios),
-        "a": statistics.median(a_s),
-        "b": statistics.median(b_s),
+        "a": statistics.median(ta.wall for ta, _ in pairs),
+        "b": statistics.median(tb.wall for _, tb in pairs),
+        "pairs": pairs,
     }
+    if all(ta.cpu and tb.cpu for ta, tb in pairs):
+        cpu = [ta.cpu / tb.cpu for ta, tb in pairs]  # type: ignore[operator]
+        figure.update(cpu=statistics.median(cpu), cpu_min=min(cpu), cpu_max=max(cpu))
+    return figure
 
 
-def show(label: str, figure: dict[str, float], a: str, b: str, target: str) -> None:
+def show(label: str, figure: dict[str, object], a: str, b: str, target: str) -> None:
+    cpu = (
+        f"; cpu {figure['cpu']:.2f}x (min {figure['cpu_min']:.2f}, max {figure['cpu_max']:.2f})"
+        if "cpu" in figure
+        else ""
+    )
     print(
         f"{label:34s} {figure['ratio']:5.2f}x  (min {figure['min']:.2f}, max {figure['max']:.2f}; "
-        f"{a} {figure['a']:.1f} s, {b} {figure['b']:.1f} s; target {target})",
+        f"{a} {figure['a']:.1f} s, {b} {figure['b']:.1f} s{cpu}; target {target})",
         flush=True,
     )
+
+
+def show_phases(figure: dict[str, object], a: str, b: str) -> None:
+    for side, index in ((a, 0), (b, 1)):
+        runs = [pair[index] for pair in figure["pairs"]]  # type: ignore[attr-defined]
+        keys = list(dict.fromkeys(k for t in runs for k in t.phases))
+        medians = {k: statistics.median(t.phases.get(k, 0.0) for t in runs) for k in keys}
+        other = statistics.median(t.wall - sum(t.phases.values()) for t in runs)
+        text = ", ".join(f"{k} {v:.2f}" for k, v in medians.items())
+        print(f"   {side:5s} phases (s): {text}, other {other:.2f}", flush=True)
 
 
 def observer_run(example: Path, out: Path, *extra: str) -> list[str]:
@@ -91,11 +166,11 @@ def observer_run(example: Path, out: Path, *extra: str) -> list[str]:
 
 
 def bench_run_vs_bare(names: list[str], rounds: int, tmp: Path) -> None:
-    print("== observer-ci run vs the bare pipeline (no cache)")
+    print(f"== observer-ci run vs the bare pipeline (no cache); {load()}")
     for name in names:
         figure = paired(
-            lambda n=name: wall(observer_run(EXAMPLES[n], tmp / "run")),
-            lambda n=name: wall(
+            lambda n=name: run_phases(timed(observer_run(EXAMPLES[n], tmp / "run")), tmp / "run"),
+            lambda n=name: timed(
                 [
                     sys.executable,
                     str(REPO / "benchmarks" / "bare_pipeline.py"),
@@ -106,20 +181,22 @@ def bench_run_vs_bare(names: list[str], rounds: int, tmp: Path) -> None:
             rounds,
         )
         show(f"{name}: run / bare", figure, "run", "bare", "<= 1.10x")
+        show_phases(figure, "run", "bare")
+    print(f"   {load()}")
 
 
 def bench_cache(names: list[str], rounds: int, tmp: Path) -> None:
-    print("== cache hit vs cold run (observer-ci run --cache-dir)")
+    print(f"== cache hit vs cold run (observer-ci run --cache-dir); {load()}")
     for name in names:
         warm = tmp / f"warm-{name}"
-        wall(observer_run(EXAMPLES[name], tmp / "warm-out", "--cache-dir", str(warm)))
+        timed(observer_run(EXAMPLES[name], tmp / "warm-out", "--cache-dir", str(warm)))
 
-        def cold(n: str = name) -> float:
+        def cold(n: str = name) -> Timing:
             shutil.rmtree(tmp / "cold", ignore_errors=True)
-            return wall(observer_run(EXAMPLES[n], tmp / "out", "--cache-dir", str(tmp / "cold")))
+            return timed(observer_run(EXAMPLES[n], tmp / "out", "--cache-dir", str(tmp / "cold")))
 
         figure = paired(
-            lambda n=name, w=warm: wall(
+            lambda n=name, w=warm: timed(
                 observer_run(EXAMPLES[n], tmp / "out", "--cache-dir", str(w))
             ),
             cold,
@@ -158,7 +235,7 @@ def bench_base_and_head(names: list[str], rounds: int, tmp: Path) -> None:
     from observer_ci.settings import Settings
     from observer_ci.workspace import load_baseline, run_base_and_head, run_scripts_subprocess
 
-    print(f"== baseline: base, {os.cpu_count()} cores: base and head side by side vs in turn")
+    print(f"== baseline: base, {os.cpu_count()} cores: side by side vs in turn; {load()}")
     repo = tmp / "repo"
     base_sha = make_pr_repo(repo, [n for n in names if n != "llama"] or ["text"])
     event = tmp / "event.json"
@@ -250,10 +327,14 @@ def main() -> None:
     parser.add_argument("--no-llama", action="store_true")
     parser.add_argument("--only", default="run,cache,base,registry")
     parser.add_argument("--examples", default="mlp,text,llama")
+    parser.add_argument("--pin", help="processors for parts 1 and 2 (taskset -c), e.g. 0")
     args = parser.parse_args()
+    if args.pin:
+        PIN[:] = ["taskset", "-c", args.pin]
     names = [n for n in args.examples.split(",") if not (args.no_llama and n == "llama")]
     parts = set(args.only.split(","))
-    print(f"{os.cpu_count()} cores; medians of per-pair ratios over {args.rounds} rounds")
+    pinned = f", runs pinned to processor(s) {args.pin}" if args.pin else ""
+    print(f"{os.cpu_count()} cores; medians of per-pair ratios over {args.rounds} rounds{pinned}")
     with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
         if "run" in parts:
             bench_run_vs_bare(names, args.rounds, Path(tmp) / "a")

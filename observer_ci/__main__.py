@@ -1,5 +1,5 @@
 import sys
 
-from observer_ci.cli import main
+from observer_ci.cli import command
 
-sys.exit(main())
+sys.exit(command())

@@ -32,6 +32,9 @@ TENSOR_TYPE_CODES = {
 }
 # The ONNX opset every export targets.
 DEFAULT_OPSET = 20
+# The onnxruntime inputs a run saves for paired base/head timing (``*.feeds.npz``), all
+# models of the run together: calls past it are not saved (a note on the model says so).
+FEEDS_MAX_BYTES = 256 * 1024 * 1024
 # Exit codes of the action and the command line: 1 means "a fail_on rule tripped" and
 # nothing else; a bug or an unexpected failure of observer-ci itself is 3.
 EXIT_OK = 0

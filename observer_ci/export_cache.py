@@ -17,6 +17,12 @@ Value: the ONNX file(s) and the export facts (:class:`ExportResult`), in
 temporary directory and renamed into place (atomic); an entry whose manifest or checksums do
 not match is discarded and rebuilt, never trusted. Concurrent runs (base and head) take a
 per-key file lock, so an unchanged model is exported once and the other run hits.
+
+Size: the cache holds at most ``max_bytes`` (default 2 GiB, ``--cache-max-mb`` or
+``$OBSERVER_CI_CACHE_MAX_MB``; 0 for no cap). A hit stamps its entry as used (the manifest's
+modification time); after each store the least recently used entries are evicted until the
+cache fits, skipping any entry another process holds the lock of. An entry larger than the
+whole cap is not stored.
 """
 
 from __future__ import annotations
@@ -42,10 +48,14 @@ from observer_ci.logs import logger
 from observer_ci.results import ExportResult
 
 CACHE_DIR_ENV = "OBSERVER_CI_CACHE_DIR"
+CACHE_MAX_MB_ENV = "OBSERVER_CI_CACHE_MAX_MB"
+DEFAULT_CACHE_MAX_MB = 2048
+MB = 1 << 20
 KEY_VERSION = "1"  # bump when the key's recipe changes
 MANIFEST = "manifest.json"
 FACTS = "export.json"
 LOCK_WAIT_SECONDS = 900.0  # a holder slower than this is ignored (we export ourselves)
+STALE_TEMP_SECONDS = 3600.0  # a temporary directory this old was left by a killed run
 _VERSIONED_PACKAGES = ("torch", "onnx", "onnxscript", "onnx_ir", "numpy")
 _MAX_CODE_FILES = 400
 
@@ -55,6 +65,21 @@ def resolve_cache_dir(value: str | os.PathLike[str] | None, env: Any = None) -> 
     env = os.environ if env is None else env
     text = str(value) if value else env.get(CACHE_DIR_ENV, "")
     return Path(text).expanduser().resolve() if text.strip() else None
+
+
+def resolve_cache_max_bytes(value: int | str | None, env: Any = None) -> int | None:
+    """The size cap in bytes: the explicit value in MB, else ``$OBSERVER_CI_CACHE_MAX_MB``,
+    else :data:`DEFAULT_CACHE_MAX_MB`; ``None`` for 0 (no cap). Raises ``ValueError`` for a
+    value that is not a whole number of MB >= 0."""
+    env = os.environ if env is None else env
+    text = str(value).strip() if value is not None and str(value).strip() else None
+    if text is None:
+        text = (env.get(CACHE_MAX_MB_ENV) or "").strip() or str(DEFAULT_CACHE_MAX_MB)
+    if not text.isdigit():
+        raise ValueError(
+            f"the export cache size cap must be a whole number of MB >= 0, got {text!r}"
+        )
+    return int(text) * MB or None
 
 
 # --------------------------------------------------------------------------------------
@@ -368,10 +393,12 @@ def _file_bytes(path: str) -> bytes | None:
 
 
 class ExportCache:
-    """Entries under ``root``; every read is verified, every write is atomic."""
+    """Entries under ``root``; every read is verified, every write is atomic; at most
+    ``max_bytes`` kept (``None``: no cap), the least recently used evicted first."""
 
-    def __init__(self, root: str | os.PathLike[str]):
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int | None = None):
         self.root = Path(root)
+        self.max_bytes = max_bytes
 
     def entry_dir(self, key: str) -> Path:
         return self.root / key[:2] / key
@@ -397,12 +424,17 @@ class ExportCache:
             logger.warning("export cache entry %s is damaged (%s): discarded, exporting", key, e)
             self._discard(entry)
             return None
-        onnx_path.parent.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            if name in (FACTS,):
-                continue
-            target = onnx_path if name == main else onnx_path.parent / name
-            shutil.copyfile(entry / name, target)
+        try:
+            onnx_path.parent.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                if name in (FACTS,):
+                    continue
+                target = onnx_path if name == main else onnx_path.parent / name
+                shutil.copyfile(entry / name, target)
+            os.utime(entry / MANIFEST)  # last used: eviction keeps it longest
+        except OSError as e:  # evicted meanwhile by a process that ignored the lock
+            logger.warning("export cache entry %s unreadable (%s): exporting", key, e)
+            return None
         result.onnx_path = str(onnx_path)
         result.cached = True
         return result
@@ -425,15 +457,77 @@ class ExportCache:
             files = {name: _file_digest(tmp / name) for name in [*names, FACTS]}
             manifest = {"key": key, "main": source.name, "files": files, "created": time.time()}
             (tmp / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+            size = _tree_size(tmp)
+            if self.max_bytes is not None and size > self.max_bytes:
+                logger.warning(
+                    "export cache: %s not stored: %.0f MB is over the cache's cap of %.0f MB",
+                    key,
+                    size / MB,
+                    self.max_bytes / MB,
+                )
+                return False
             if entry.exists():
                 self._discard(entry)  # damaged (load refused it) or written meanwhile
             os.replace(tmp, entry)
-            return True
         except OSError as e:
             logger.warning("export cache: cannot store %s: %s", key, e)
             return False
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        self.evict(keep=key)
+        return True
+
+    def entries(self) -> list[tuple[float, int, str]]:
+        """``(last used, bytes, key)`` of every entry, least recently used first."""
+        found = []
+        for group in _subdirs(self.root):
+            for entry in _subdirs(group):
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    used = (entry / MANIFEST).stat().st_mtime
+                except OSError:
+                    used = 0.0  # no manifest: damaged, the first to go
+                found.append((used, _tree_size(entry), entry.name))
+        return sorted(found)
+
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Removes the least recently used entries until the cache fits ``max_bytes``;
+        never ``keep`` nor an entry another process holds the lock of. Returns the keys
+        removed. Temporary directories left by killed runs go too."""
+        self._remove_stale_temporaries()
+        if self.max_bytes is None:
+            return []
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        evicted: list[str] = []
+        for _, size, key in entries:
+            if total <= self.max_bytes:
+                break
+            if key == keep:
+                continue
+            with self.lock(key, wait=False) as locked:
+                if not locked:
+                    continue  # in use by another run: the next eviction sees it again
+                self._discard(self.entry_dir(key))
+            total -= size
+            evicted.append(key)
+        if evicted:
+            logger.info(
+                "export cache: evicted %d least recently used entries to stay under %.0f MB",
+                len(evicted),
+                self.max_bytes / MB,
+            )
+        return evicted
+
+    def _remove_stale_temporaries(self) -> None:
+        deadline = time.time() - STALE_TEMP_SECONDS
+        for group in _subdirs(self.root):
+            for item in _subdirs(group):
+                if item.name.startswith((".tmp-", ".trash-")):
+                    with contextlib.suppress(OSError):
+                        if item.stat().st_mtime < deadline:
+                            shutil.rmtree(item, ignore_errors=True)
 
     def _discard(self, entry: Path) -> None:
         trash = entry.parent / f".trash-{entry.name}-{uuid.uuid4().hex[:8]}"
@@ -442,21 +536,22 @@ class ExportCache:
         shutil.rmtree(trash, ignore_errors=True)
 
     @contextlib.contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        """A per-key lock between processes (base and head); a no-op where unsupported."""
+    def lock(self, key: str, *, wait: bool = True) -> Iterator[bool]:
+        """A per-key lock between processes (base and head); a no-op where unsupported.
+        Yields whether the lock is held: with ``wait=False`` it is only tried once."""
         try:
             import fcntl
         except ImportError:  # pragma: no cover - Windows
-            yield
+            yield True
             return
         path = self.root / key[:2] / f".{key}.lock"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             handle = open(path, "a+b")  # noqa: SIM115 - held for the with-block
         except OSError:
-            yield
+            yield True
             return
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        deadline = time.monotonic() + (LOCK_WAIT_SECONDS if wait else 0.0)
         locked = False
         try:
             while True:
@@ -465,10 +560,10 @@ class ExportCache:
                     locked = True
                     break
                 except BlockingIOError:
-                    if time.monotonic() > deadline:
+                    if time.monotonic() >= deadline:
                         break
                     time.sleep(0.05)
-            yield
+            yield locked
         finally:
             if locked:
                 fcntl.flock(handle, fcntl.LOCK_UN)
@@ -482,6 +577,24 @@ def _safe_name(name: str) -> str:
     if Path(name).name != name or name in ("", ".", ".."):
         raise ValueError(f"unexpected file name in manifest: {name!r}")
     return name
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def _tree_size(path: Path) -> int:
+    """Bytes of the files directly in ``path`` (entries hold no subdirectories)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for item in os.scandir(path):
+            with contextlib.suppress(OSError):
+                if item.is_file(follow_symlinks=False):
+                    total += item.stat(follow_symlinks=False).st_size
+    return total
 
 
 def _file_digest(path: Path) -> str:
@@ -515,8 +628,10 @@ def cached_export(
     key: Callable[[], str],
     onnx_path: str | os.PathLike[str],
     cache_dir: str | os.PathLike[str] | None,
+    max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB,
 ) -> ExportResult:
-    """``export()`` through the cache in ``cache_dir`` (no cache when ``None``).
+    """``export()`` through the cache in ``cache_dir`` (no cache when ``None``), kept
+    under ``max_bytes`` (``None``: no cap).
 
     A key that cannot be computed, or a cache that cannot be written, only costs the
     saving: the export runs as without a cache.
@@ -529,7 +644,7 @@ def cached_export(
     except Exception as e:
         logger.warning("export cache: no key (%s: %s), exporting", type(e).__name__, e)
         return export()
-    cache = ExportCache(cache_dir)
+    cache = ExportCache(cache_dir, max_bytes)
     onnx_path = Path(onnx_path)
     with cache.lock(cache_key):
         hit = cache.load(cache_key, onnx_path)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from observer_ci.constants import FEEDS_MAX_BYTES
 from observer_ci.errors import error_tail
 from observer_ci.results import PairedLatency, RunResults
 
@@ -41,6 +42,42 @@ def save_feeds(feeds: list[dict[str, np.ndarray]], onnx_path: str | Path) -> Pat
     path = feeds_path(onnx_path)
     np.savez(path, **arrays)
     return path
+
+
+def save_feeds_within(
+    feeds: list[dict[str, np.ndarray]], onnx_path: str | Path, max_bytes: int = FEEDS_MAX_BYTES
+) -> str | None:
+    """Saves the first calls whose inputs, with the ``*.feeds.npz`` already next to
+    ``onnx_path`` (the run's other models), stay within ``max_bytes``. Returns a note naming
+    the calls left out, ``None`` when every call was saved."""
+    target = feeds_path(onnx_path)
+    others = target.parent.glob("*" + FEEDS_SUFFIX)
+    used = sum(p.stat().st_size for p in others if p.is_file() and p != target)
+    kept: list[dict[str, np.ndarray]] = []
+    total = used
+    for feed in feeds:
+        size = sum(int(a.nbytes) for a in feed.values())
+        if total + size > max_bytes:
+            break
+        kept.append(feed)
+        total += size
+    if kept:
+        save_feeds(kept, onnx_path)
+    else:
+        target.unlink(missing_ok=True)  # an earlier run's inputs must not be paired
+    if len(kept) == len(feeds):
+        return None
+    many = len(feeds) - len(kept) > 1
+    left_out = f"calls {len(kept)}-{len(feeds) - 1}" if many else f"call {len(kept)}"
+    timing = (
+        f"paired base/head timing uses calls 0-{len(kept) - 1} only"
+        if kept
+        else "latency_ratio compares the separate runs"
+    )
+    return (
+        f"inputs of {left_out} not saved for paired timing: the run's saved inputs would "
+        f"pass {max_bytes / 2**20:.0f} MB; {timing}"
+    )
 
 
 def load_feeds(path: str | Path) -> list[dict[str, np.ndarray]]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import gc
 import hashlib
 import os
 import re
@@ -10,7 +12,7 @@ import runpy
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,12 @@ import torch
 
 from observer_ci import registry
 from observer_ci.causes import add_sample_difference, explain_exception, explain_script_error
-from observer_ci.constants import DEFAULT_OPSET
+from observer_ci.constants import DEFAULT_OPSET, FEEDS_MAX_BYTES
 from observer_ci.dim_names import name_dims
 from observer_ci.environment import environment_fingerprint
 from observer_ci.errors import ANSI_ESCAPE, error_tail, traceback_tail
 from observer_ci.export import export_observed
-from observer_ci.export_cache import cached_export, export_key
+from observer_ci.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.families import (
     ROLE_DECODER,
     ROLE_DECODER_WITH_PAST,
@@ -76,9 +78,11 @@ class RunConfig:
     repeat: int = 10
     probe: bool = True
     cache_dir: str | None = None  # export cache shared by runs (None: no cache)
+    cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB  # its size cap (None: no cap)
     threads: int | None = None  # onnxruntime intra-op threads (None: its default)
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
     merge_decoders: bool = True  # decoder_model_merged.onnx when a decoder has two families
+    feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""
@@ -156,9 +160,10 @@ def run_script(
     script_seconds = time.perf_counter() - begin
     entries = registry.take_registered()
     models = []
-    for entry in entries:
-        with log_group(f"observer-ci: model {entry.name}"):
-            models.append(_process_safely(entry, out_dir, config=config, progress=progress))
+    with _heap_frozen():
+        for entry in entries:
+            with log_group(f"observer-ci: model {entry.name}"):
+                models.append(_process_safely(entry, out_dir, config=config, progress=progress))
     for m in models:
         m.phase_seconds["script"] = script_seconds
     if failure is not None:
@@ -241,6 +246,19 @@ def model_notes(entry: registry.ObservedModel) -> list[str]:
         shown = ", ".join(f"{n} ({why})" for n, why in list(ignored.items())[:8])
         notes.append(f"arguments not exported as inputs (the export uses their defaults): {shown}")
     return notes
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Leaves what is alive after the script (torch, transformers, the model, its calls) out
+    of the garbage collector's passes while its models are exported and replayed: export
+    allocates heavily, and each full pass would walk those objects again (measured: 10-20%
+    of the CPU of a small model's run). Unfrozen afterwards, so the script's objects can go."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _execute(script: str) -> None:
@@ -348,6 +366,7 @@ def process_model(
     for graph in result.graphs:
         if graph.export is not None:
             result.notes.extend(n for n in graph.export.notes if n not in result.notes)
+    result.notes.extend(server.notes)
     failed = [g for g in result.graphs if g.export is None or not g.export.ok]
     if failed:
         g = failed[0]
@@ -403,6 +422,7 @@ def export_model(
     observer: InputObserver | None = None,
     set_batch_dimension_for: Any = None,
     call_numbers: list[int] | None = None,
+    cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB,
 ) -> ExportResult:
     """The "export this model" step, through the export cache when ``cache_dir`` is set.
 
@@ -428,7 +448,7 @@ def export_model(
     def key() -> str:
         return export_cache_key(entry, obs, flags, call_numbers)
 
-    return cached_export(export, key, onnx_path, cache_dir)
+    return cached_export(export, key, onnx_path, cache_dir, cache_max_bytes)
 
 
 def export_cache_key(
@@ -451,9 +471,12 @@ def export_cache_key(
     )
 
 
-def _save_feeds(name: str, obs: InputObserver, session: object, onnx_path: Path) -> None:
-    """The onnxruntime inputs of every call a graph serves, for :mod:`observer_ci.paired`."""
-    from observer_ci.paired import save_feeds
+def _save_feeds(
+    obs: InputObserver, session: object, onnx_path: Path, config: RunConfig
+) -> str | None:
+    """The onnxruntime inputs of every call a graph serves, for :mod:`observer_ci.paired`,
+    within ``config.feeds_max_bytes``; a note when some or all were not saved."""
+    from observer_ci.paired import save_feeds_within
     from observer_ci.replay import match_feeds
 
     onnx_inputs = [i.name for i in session.get_inputs()]  # type: ignore[attr-defined]
@@ -462,9 +485,10 @@ def _save_feeds(name: str, obs: InputObserver, session: object, onnx_path: Path)
             match_feeds(onnx_inputs, obs.leaf_names(), obs.infer_arguments(i, flat=True))
             for i in range(obs.num_obs())
         ]
-        save_feeds(feeds, onnx_path)
+        note = save_feeds_within(feeds, onnx_path, config.feeds_max_bytes)
     except Exception as e:  # paired timing then says why it has no inputs
-        progress_line(f"{name}: inputs not saved for paired timing: {error_tail(e)}")
+        note = f"inputs not saved for paired timing: {error_tail(e)}"
+    return note
 
 
 def _stand_in_failures(graph: GraphResult, served: dict[int, ObservationResult]) -> list[int]:
@@ -495,6 +519,8 @@ class _FamilyServer:
         self.single = single
         self.method = getattr(entry.model, entry.method_name)
         self.observers: dict[tuple[int, ...], InputObserver] = {}  # family calls -> observer
+        self.feeds_saved = False
+        self.notes: list[str] = []  # for the model's notes
 
     def path(self, name: str) -> Path:
         stem = safe_filename(self.entry.name)
@@ -561,6 +587,7 @@ class _FamilyServer:
                 observer=None if whole else sub,
                 set_batch_dimension_for=flags,
                 call_numbers=None if whole else family.indices,
+                cache_max_bytes=config.cache_max_bytes,
             )
         if not graph.export.ok:
             return graph, {}  # the graph entry holds the error and the calls it would serve
@@ -605,8 +632,12 @@ class _FamilyServer:
             f"({config.warmup} warm-up + {config.repeat} timed runs each) "
             f"in {time.perf_counter() - begin:.1f}s"
         )
-        if config.save_feeds:
-            _save_feeds(entry.name, sub, session, onnx_path)
+        if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
+            self.feeds_saved = True
+            note = _save_feeds(sub, session, onnx_path, config)
+            if note:
+                progress(f"{shown}: {note}")
+                self.notes.append(note)
         if config.probe:
             with self.phase("probe"):
                 try:

@@ -127,6 +127,7 @@ class Settings:
     token: str = field(default="", repr=False)
     out_dir: str = "observer-ci-out"
     cache_dir: str = ""  # export cache, shared by base and head (relative to the workspace)
+    cache_max_mb: int | None = None  # its size cap (None: the run's default, 0: no cap)
     dry_run: bool = False
     verbose: bool = False  # show third-party warnings in the job log
     repeat: int = 10
@@ -179,6 +180,7 @@ class Settings:
             token=get("INPUT_TOKEN") or get("GITHUB_TOKEN"),
             out_dir=get("INPUT_OUT", "observer-ci-out"),
             cache_dir=get("INPUT_CACHE_DIR").strip(),
+            cache_max_mb=_cache_max_mb(get("INPUT_CACHE_MAX_MB")),
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
             verbose=_bool("verbose", env.get("INPUT_VERBOSE"), False),
             repeat=_repeat(get("INPUT_REPEAT", "10")),
@@ -266,6 +268,17 @@ def _repeat(text: str) -> int:
     if value > MAX_REPEAT:
         raise SettingsError(f"input 'repeat' must be at most {MAX_REPEAT}, got {text!r}")
     return max(1, value)
+
+
+def _cache_max_mb(text: str) -> int | None:
+    text = text.strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise SettingsError(
+            f"input 'cache_max_mb' must be a whole number of MB (0: no cap), got {text!r}"
+        )
+    return int(text)
 
 
 def _timeout_minutes(text: str) -> float:

@@ -345,6 +345,8 @@ def child_options(settings: Settings, threads: int | None = None) -> dict[str, A
         cache = Path(settings.cache_dir)
         cache = cache if cache.is_absolute() else Path(settings.workspace) / cache
         args += ["--cache-dir", str(cache.resolve())]  # base runs in another directory
+        if settings.cache_max_mb is not None:
+            args += ["--cache-max-mb", str(settings.cache_max_mb)]
     if threads:
         args += ["--threads", str(threads)]
         env.update({name: str(threads) for name in THREAD_VARIABLES})

@@ -4,9 +4,11 @@ damaged entries discarded and rebuilt (real exports, real files, real onnxruntim
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -187,3 +189,89 @@ def test_the_key_moves_with_weights_attributes_and_calls_only():
     model.train()
     changed["training mode"] = observed_key(model)
     assert len({reference, *changed.values()}) == len(changed) + 1, changed
+
+
+# -- the size cap: least recently used entries go first ----------------------------------
+
+
+def some_keys(n: int) -> list[str]:
+    return [f"{i:02x}" + "ab" * 19 for i in range(n)]
+
+
+def tick() -> None:
+    time.sleep(0.02)  # file times move in clock ticks of a few milliseconds
+
+
+def test_the_least_recently_used_entries_are_evicted_past_the_cap(cold_and_hit, tmp_path):
+    _, cold, _ = cold_and_hit
+    k = some_keys(5)
+    assert ExportCache(tmp_path / "c", max_bytes=None).store(k[0], cold.export)
+    ((_, size, _),) = ExportCache(tmp_path / "c").entries()
+    cache = ExportCache(tmp_path / "c", max_bytes=3 * size + size // 2)  # room for three
+    for key in k[1:3]:
+        tick()
+        assert cache.store(key, cold.export)
+    tick()
+    assert cache.load(k[0], tmp_path / "out" / "m.onnx") is not None  # a hit: used again
+    tick()
+    assert cache.store(k[3], cold.export)
+    assert [key for _, _, key in cache.entries()] == [k[2], k[0], k[3]]  # k1: least used
+    tick()
+    with cache.lock(k[2]) as held:  # another run is restoring k2: it stays
+        assert held
+        assert cache.store(k[4], cold.export)
+    assert [key for _, _, key in cache.entries()] == [k[2], k[3], k[4]]
+    assert sum(s for _, s, _ in cache.entries()) <= cache.max_bytes
+    assert cache.load(k[2], tmp_path / "out" / "m.onnx").ok  # what stays is still whole
+
+
+def test_an_entry_over_the_whole_cap_is_not_stored(cold_and_hit, tmp_path):
+    _, cold, _ = cold_and_hit
+    (key,) = some_keys(1)
+    small = ExportCache(tmp_path / "c", max_bytes=1000)
+    assert cold.export.file_size > 1000 and small.store(key, cold.export) is False
+    assert small.entries() == [] and small.load(key, tmp_path / "m.onnx") is None
+
+
+def test_damaged_entries_and_stale_temporaries_go_first(cold_and_hit, tmp_path):
+    _, cold, _ = cold_and_hit
+    k = some_keys(3)
+    unbounded = ExportCache(tmp_path / "c", max_bytes=None)
+    for key in k:
+        assert unbounded.store(key, cold.export)
+    (unbounded.entry_dir(k[2]) / MANIFEST).unlink()  # a partial entry: the newest, no manifest
+    stale, fresh = tmp_path / "c" / "00" / ".tmp-old", tmp_path / "c" / "00" / ".tmp-new"
+    for d in (stale, fresh):
+        d.mkdir()
+        (d / "m.onnx").write_bytes(b"x")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    size = unbounded.entries()[-1][1]
+    cache = ExportCache(tmp_path / "c", max_bytes=2 * size + size // 2)
+    assert cache.evict() == [k[2]]
+    assert not stale.exists() and fresh.exists()
+    assert cache.load(k[0], tmp_path / "m.onnx") and cache.load(k[1], tmp_path / "m.onnx")
+
+
+def test_a_run_under_a_cap_stores_its_export_and_its_inputs_within_limits(cold_and_hit, tmp_path):
+    _, cold, _ = cold_and_hit
+    old = some_keys(2)
+    seed = ExportCache(tmp_path / "cache", max_bytes=None)
+    for key in old:
+        assert seed.store(key, cold.export)
+        tick()
+    size = seed.entries()[0][1]
+    config = RunConfig(
+        **{
+            **FAST.__dict__,
+            "cache_dir": str(tmp_path / "cache"),
+            "cache_max_bytes": 2 * size + size // 2,
+            "save_feeds": True,
+            "feeds_max_bytes": 100,  # under one call's inputs
+        }
+    )
+    (model,) = run_scripts([MLP], tmp_path / "out", config=config, progress=lambda m: None).models
+    assert model.status == "ok" and model.export.cached is False
+    kept = [key for _, _, key in ExportCache(tmp_path / "cache").entries()]
+    assert kept == [old[1], cold.export.cache_key]  # the oldest went
+    assert any("not saved for paired timing" in n for n in model.notes)
+    assert not list((tmp_path / "out" / "onnx").glob("*.feeds.npz"))

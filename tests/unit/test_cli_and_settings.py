@@ -70,6 +70,7 @@ def test_merge_combines_matrix_parts(tmp_path):
         (["compare", "nope.json", "nope2.json"], "nope.json: no such file"),
         (["run", "x.py", "--fail-on", "bogus"], "bogus"),
         (["run", "x.py", "--thresholds", "abs_max=abc"], "abs_max"),
+        (["run", "x.py", "--cache-max-mb", "2GB"], "--cache-max-mb"),
     ],
 )
 def test_usage_errors_exit_2_with_a_message(argv, message, capsys):
@@ -121,6 +122,7 @@ def test_settings_from_env_parses_inputs_and_hides_the_token():
         ({"INPUT_SCRIPT": "a.py", "INPUT_TIMEOUT_MINUTES": "nan"}, "'timeout_minutes' must be"),
         ({"INPUT_SCRIPT": "a.py", "INPUT_THRESHOLDS": "abs_max=x"}, "is not a number"),
         ({"INPUT_SCRIPT": "a.py", "INPUT_FAIL_ON": "bogus"}, "unknown fail-on rule"),
+        ({"INPUT_SCRIPT": "a.py", "INPUT_CACHE_MAX_MB": "-1"}, "'cache_max_mb' must be"),
     ],
 )
 def test_settings_errors_are_clear(env, message):
@@ -139,3 +141,22 @@ def test_summary_cut_respects_the_byte_limit():
     report = "é" * 2000
     cut = render_cut(report, 1000)
     assert len(cut.encode("utf-8")) <= 1000 and cut.endswith("report.md.\n")
+
+
+def test_the_cache_size_cap_reaches_the_run_from_input_flag_or_variable():
+    from observer_ci.export_cache import CACHE_MAX_MB_ENV, resolve_cache_max_bytes
+    from observer_ci.workspace import child_options
+
+    env = {"INPUT_SCRIPT": "a.py", "INPUT_CACHE_DIR": ".c", "INPUT_CACHE_MAX_MB": "64"}
+    settings = Settings.from_env(env)
+    assert settings.cache_max_mb == 64
+    args = child_options(settings)["extra_args"]
+    assert args[args.index("--cache-max-mb") + 1] == "64"
+    unset = Settings.from_env({"INPUT_SCRIPT": "a.py", "INPUT_CACHE_DIR": ".c"})
+    assert unset.cache_max_mb is None and "--cache-max-mb" not in child_options(unset)["extra_args"]
+    mb = 1 << 20
+    assert resolve_cache_max_bytes("64", env={}) == 64 * mb  # the flag
+    assert resolve_cache_max_bytes(None, env={CACHE_MAX_MB_ENV: "3"}) == 3 * mb
+    assert resolve_cache_max_bytes("5", env={CACHE_MAX_MB_ENV: "3"}) == 5 * mb  # flag first
+    assert resolve_cache_max_bytes(None, env={}) == 2048 * mb  # the documented default
+    assert resolve_cache_max_bytes("0", env={}) is None  # no cap

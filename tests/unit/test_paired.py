@@ -7,7 +7,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from observer_ci.paired import feeds_path, load_feeds, pair_results, save_feeds, time_pair
+from observer_ci.paired import (
+    feeds_path,
+    load_feeds,
+    pair_results,
+    save_feeds,
+    save_feeds_within,
+    time_pair,
+)
 from observer_ci.results import ExportResult, ModelResult, ObservationResult, PairedLatency
 from observer_ci.results import RunResults as Results  # noqa: N814
 from observer_ci.rules import Thresholds, compare
@@ -51,6 +58,24 @@ def test_feeds_round_trip_keeps_names_order_and_values(tmp_path):
     loaded = load_feeds(path)
     assert [list(f) for f in loaded] == [["b", "a"], ["b"]]
     assert all(np.array_equal(f[k], g[k]) for f, g in zip(feeds, loaded) for k in f)
+
+
+def test_saved_inputs_stop_at_the_runs_cap_with_a_note(tmp_path):
+    call = {"x": np.ones((256, 1024), np.float32)}  # 1 MiB a call
+    mb = 1 << 20
+    assert save_feeds_within([call, call], tmp_path / "a.onnx", max_bytes=3 * mb) is None
+    assert len(load_feeds(feeds_path(tmp_path / "a.onnx"))) == 2
+    # a second model of the same run: 2 MiB are used, so one of its three calls fits
+    note = save_feeds_within([call] * 3, tmp_path / "b.onnx", max_bytes=3 * mb + mb // 2)
+    assert note is not None and "calls 1-2 not saved" in note and "calls 0-0 only" in note
+    assert len(load_feeds(feeds_path(tmp_path / "b.onnx"))) == 1
+    # a third finds no room: nothing saved, an earlier run's file for it removed
+    stale = save_feeds([call], tmp_path / "c.onnx")
+    note = save_feeds_within([call], tmp_path / "c.onnx", max_bytes=3 * mb)
+    assert note is not None and "call 0 not saved" in note and "separate runs" in note
+    assert not stale.exists()
+    # the model's own earlier file does not count against it
+    assert save_feeds_within([call], tmp_path / "a.onnx", max_bytes=4 * mb) is None
 
 
 def test_a_slower_head_graph_has_a_ratio_above_one(tmp_path):
