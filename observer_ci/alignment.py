@@ -336,7 +336,13 @@ def _dynamic_dims(layout: Layout, inherited: dict[str, list[int]]) -> list[list[
             for i, flat in enumerate(layout.flat)
             if flat[j] is not None
         ]
-        _check_one(leaf_name, seen, "rank", lambda t: t.dim(), "reshape the fill-in value")
+        _check_one(
+            leaf_name,
+            seen,
+            "rank",
+            lambda t: t.dim(),
+            "an ONNX input has one rank: observe calls that keep the number of dims",
+        )
         _check_one(
             leaf_name,
             seen,
@@ -379,10 +385,7 @@ def _check_one(
     )
     if what == "rank":
         shown = ", ".join(f"call {i}: {tuple(t.shape)}" for i, t, _ in seen)
-    raise ObserverError(
-        f"input {leaf_name!r} changes {what} across calls ({shown})"
-        + (f"; {next_step}" if what == "dtype" else "")
-    )
+    raise ObserverError(f"input {leaf_name!r} changes {what} across calls ({shown}); {next_step}")
 
 
 def batch_flags(layout: Layout, set_batch_dimension_for: Any) -> set[str]:
