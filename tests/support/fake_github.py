@@ -400,22 +400,10 @@ class FakeGitHub:
         self._request_headers.append(seen)
 
     def _take_hold(self, method: str, path: str) -> _Hold | None:
-        for hold in self._holds:
-            if hold.method in ("*", method.upper()) and hold.pattern.search(path):
-                hold.remaining -= 1
-                if hold.remaining <= 0:
-                    self._holds.remove(hold)
-                return hold
-        return None
+        return _take_first(self._holds, method, path)
 
     def _take_before(self, method: str, path: str) -> _Before | None:
-        for before in self._befores:
-            if before.method in ("*", method.upper()) and before.pattern.search(path):
-                before.remaining -= 1
-                if before.remaining <= 0:
-                    self._befores.remove(before)
-                return before
-        return None
+        return _take_first(self._befores, method, path)
 
     def _take_fault(self, method: str, path: str, query: dict[str, str]) -> _Fault | None:
         for fault in self._faults:
@@ -649,3 +637,14 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _take_first(entries: list, method: str, path: str):
+    """The first entry (a hold or a hook) matching ``method`` and ``path``, used up once."""
+    for entry in entries:
+        if entry.method in ("*", method.upper()) and entry.pattern.search(path):
+            entry.remaining -= 1
+            if entry.remaining <= 0:
+                entries.remove(entry)
+            return entry
+    return None
