@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="save the onnxruntime inputs next to each ONNX file (for `pair`)",
     )
     run.add_argument(
+        "--reverse-order",
+        action="store_true",
+        help="process the scripts last to first (results keep the given order): a run side "
+        "by side with another one then starts on other models, sharing the export cache",
+    )
+    run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
     )
     run.add_argument(
@@ -193,6 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         label=args.label,
         verbose=args.verbose,
         journal=args.journal,
+        reverse_order=args.reverse_order,
     )
     code = publish(head, base, Path(args.out), thresholds, fail_on)
     return EXIT_OK if args.no_gate else code

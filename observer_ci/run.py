@@ -105,12 +105,17 @@ def run_scripts(
     progress: Progress = progress_line,
     verbose: bool = False,
     journal: str | os.PathLike[str] | None = None,
+    reverse_order: bool = False,
 ) -> RunResults:
     """Runs every script and checks every model it observed. Never raises for bad input.
     Third-party warnings stay quiet unless ``verbose``.
 
     With ``journal``, each script's rows are appended there as soon as it is done
     (:mod:`observer_ci.journal`), so a process killed mid-way loses only the running one.
+    ``reverse_order`` processes the scripts last to first, the results keeping the given
+    order: base and head side by side then start on different models, and a model neither
+    changed is exported by the first to reach it and restored from the shared cache by the
+    other instead of one waiting on the other's export.
     """
     config = config or RunConfig()
     out = Path(out_dir)
@@ -120,17 +125,24 @@ def run_scripts(
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         settings=config.recorded(),
     )
+    order = [str(s) for s in scripts]
+    if reverse_order:
+        order.reverse()
     writer = JournalWriter(journal) if journal else None
     if writer:
-        writer.begin(results, [str(s) for s in scripts])
+        writer.begin(results, order)
+    by_script: dict[int, list[ModelResult]] = {}
     with quiet_third_party(verbose):
-        for script in scripts:
+        for position, script in sorted(
+            enumerate(str(s) for s in scripts), key=lambda item: order.index(item[1])
+        ):
             if writer:
-                writer.start(str(script))
-            models = run_script(str(script), out, config=config, progress=progress)
-            results.models.extend(models)
+                writer.start(script)
+            models = run_script(script, out, config=config, progress=progress)
+            by_script[position] = models
             if writer:
-                writer.done(str(script), models)
+                writer.done(script, models)
+    results.models = [m for position in sorted(by_script) for m in by_script[position]]
     return results
 
 

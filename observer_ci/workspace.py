@@ -391,6 +391,9 @@ def run_base_and_head(
         )
 
     if threads:
+        # base goes first to last, head last to first: they start on different models, and a
+        # model neither changed is exported by one and restored from the cache by the other
+        head_options["extra_args"].append("--reverse-order")
         with ThreadPoolExecutor(max_workers=2) as pool:
             base_future = pool.submit(load_baseline, settings, out, notes, env, **base_options)
             head = run_head()

@@ -1,5 +1,6 @@
 """Real torch.onnx.export + onnxruntime through the runner (no mocks)."""
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -249,3 +250,21 @@ def test_call_failing_on_empty_stand_in_gets_a_graph_of_its_own(tmp_path):
     assert all(o.success and o.family == "model" for o in others)
     report = render_report(RunResults(models=[result]), [], None)
     assert "| model_without_mask | 0 |" in report and "| model | 1, 2 |" in report
+
+
+def test_reverse_order_runs_last_first_and_keeps_the_given_order(tmp_path):
+    # base and head side by side: head goes last to first, so they start on other models
+    seen = tmp_path / "seen.txt"
+    scripts = []
+    for name in ("a", "b", "c"):
+        script = tmp_path / f"{name}.py"
+        script.write_text(f"open({str(seen)!r}, 'a').write({name!r})\nraise ValueError({name!r})\n")
+        scripts.append(script)
+    journal = tmp_path / "journal.jsonl"
+    results = run_scripts(
+        scripts, tmp_path / "out", progress=quiet, journal=journal, reverse_order=True
+    )
+    assert seen.read_text() == "cba"
+    assert [Path(m.script).name for m in results.models] == ["a.py", "b.py", "c.py"]
+    begin = json.loads(journal.read_text().splitlines()[0])
+    assert [Path(s).name for s in begin["scripts"]] == ["c.py", "b.py", "a.py"]
