@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from observer_ci.errors import ANSI_ESCAPE, error_headline
+from observer_ci.errors import ANSI_ESCAPE, error_headline, listed
+from observer_ci.graph_warnings import dim_label
 from observer_ci.results import Cause
 
 DATA_DEPENDENT = "data_dependent_branch"
@@ -453,7 +454,7 @@ def explain_probe_failure(text: str, broken: Sequence[BrokenDim]) -> Cause:
             "relations the model does not have",
         )
     b = broken[0]
-    axes = ", ".join(b.axes[:3]) + (f" and {len(b.axes) - 3} more" if len(b.axes) > 3 else "")
+    axes = listed(b.axes, 3)
     seen = ", ".join(map(str, b.seen))
     summary = f"the ONNX graph fails when {b.name} ({axes}) is {b.size}, a size never observed"
     if len(b.seen) == 1:
@@ -498,12 +499,10 @@ def add_sample_difference(cause: Cause, inputs: Sequence[Any], call: int, sample
             continue
         for d, (got, exported) in enumerate(zip(shapes[call], shapes[sample])):
             if got != exported:
-                named = dict(zip(info.dynamic_dims, info.dim_names)).get(d)
-                label = f"{info.name} dim {d}" + (f" ({named})" if named else "")
-                diffs.append(f"{label} {got} vs {exported}")
+                diffs.append(f"{dim_label(info, d)} {got} vs {exported}")
     if not diffs:
         return
-    shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+    shown = listed(diffs, 4)
     cause.summary += f"; this call differs from the export sample (call {sample}) in {shown}"
     cause.next_step = (
         "the graph only works for sizes like the export sample's on those dims: look for code "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Sequence
 
 ERROR_TAIL_CHARS = 3000
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -46,3 +47,9 @@ def error_headline(text: str | None, limit: int = 200) -> str:
 
 def _cut(line: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def listed(items: Sequence[str], limit: int) -> str:
+    """``a, b, c and 2 more``: the first ``limit`` items of a list shown to users."""
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from observer_ci.alignment import has_empty_form
+from observer_ci.errors import listed
 from observer_ci.observer import InputObserver
 
 # Hugging Face ONNX export file names, used when the roles match.
@@ -89,7 +90,7 @@ def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) 
         made_up = made_up_of[absent]
         one = len(made_up) == 1
         reason = (
-            f"these calls did not pass {_shown(absent, 2)}; {_shown(made_up, 2)} "
+            f"these calls did not pass {listed(absent, 2)}; {listed(made_up, 2)} "
             f"{'has' if one else 'have'} no empty form (no dim but the batch varied): a graph "
             f"taking {'it' if one else 'them'} would run on made-up values"
         )
@@ -110,7 +111,7 @@ def split_family(
     out = [replace(family, indices=kept)]
     for absent, indices in by_absent.items():
         reason = (
-            f"these calls did not pass {_shown(absent, 2)} and did not match torch on the shared "
+            f"these calls did not pass {listed(absent, 2)} and did not match torch on the shared "
             "graph with empty stand-ins: the model treats absent and empty differently"
         )
         out.append(Family("", indices, reason=reason, absent=list(absent)))
@@ -155,8 +156,3 @@ def _window_full(observer: InputObserver, index: int) -> bool:
 
 def _is_cache(name: str) -> bool:
     return any(marker in name for marker in CACHE_INPUT_MARKERS)
-
-
-def _shown(names: tuple[str, ...] | list[str], limit: int = 4) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -7,6 +7,7 @@ them and a report can be re-rendered from the file) and names a rule of
 
 from __future__ import annotations
 
+from observer_ci.errors import listed
 from observer_ci.results import ExportResult, GraphWarning, InputInfo, ModelResult
 
 SINGLE_CALL = "single_call"
@@ -40,8 +41,7 @@ def _name_of(info: InputInfo, dim: int) -> str | None:
 
 
 def _listed(items: list[str]) -> str:
-    shown = ", ".join(items[:_MAX_LISTED])
-    return shown + (f" and {len(items) - _MAX_LISTED} more" if len(items) > _MAX_LISTED else "")
+    return listed(items, _MAX_LISTED)
 
 
 def _shape_text(dims: list[int | str]) -> str:
