@@ -3,11 +3,11 @@
 
 import sys
 
-from observer_ci.isolation import secure_environment
+from observer_ci.action.isolation import secure_environment
 
 if __name__ == "__main__":
     # first, before anything else: re-executes this process without secrets in its environment
     env = secure_environment()
-    from observer_ci.action import main
+    from observer_ci.action.main import main
 
     sys.exit(main(env, dry_run="--dry-run" in sys.argv[1:], handle_sigterm=True))

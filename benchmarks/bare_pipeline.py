@@ -120,7 +120,7 @@ def text(out: Path) -> float:
 def llama(out: Path) -> float:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from observer_ci.pytrees import make_dynamic_cache, register_transformers_pytrees
+    from observer_ci.observing.pytrees import make_dynamic_cache, register_transformers_pytrees
 
     register_transformers_pytrees()  # DynamicCache as a pytree: the export needs it
     config = LlamaConfig(

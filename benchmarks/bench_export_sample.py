@@ -28,8 +28,8 @@ def main() -> None:
 
     import torch
 
-    from observer_ci import registry
-    from observer_ci.export import export_observed
+    from observer_ci.observing import registry
+    from observer_ci.pipeline.export import export_observed
 
     registry.take_registered()
     runpy.run_path(str(EXAMPLE), run_name="__main__")
@@ -41,16 +41,17 @@ def main() -> None:
     def bare(path: Path) -> None:
         with contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
             program = torch.onnx.export(
-                model, (), kwargs=obs.infer_arguments(prefill),
-                dynamic_shapes=dynamic_shapes, dynamo=True,
+                model,
+                (),
+                kwargs=obs.infer_arguments(prefill),
+                dynamic_shapes=dynamic_shapes,
+                dynamo=True,
             )
         program.save(str(path))
 
     def runner(path: Path) -> None:
         # as the runner calls it: named axes in the file (one more load and save)
-        result = export_observed(
-            model, obs, path, set_batch_dimension_for=flags, named_dims=True
-        )
+        result = export_observed(model, obs, path, set_batch_dimension_for=flags, named_dims=True)
         assert result.ok and result.sample_index == prefill, result
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,9 +69,11 @@ def main() -> None:
     print(f"bare torch.onnx.export from the prefill: {best['bare']:.2f} s (best of {rounds})")
     print(f"runner export phase (export_observed):   {best['runner']:.2f} s (best of {rounds})")
     print(f"load average: {os.getloadavg()[0]:.1f}")
-    print(f"ratio runner / bare: {best['runner'] / best['bare']:.2f}x wall, "
-          f"{cpu['runner'] / cpu['bare']:.2f}x CPU ({cpu['runner']:.2f} / {cpu['bare']:.2f} s) "
-          "(target <= 1.10x)")
+    print(
+        f"ratio runner / bare: {best['runner'] / best['bare']:.2f}x wall, "
+        f"{cpu['runner'] / cpu['bare']:.2f}x CPU ({cpu['runner']:.2f} / {cpu['bare']:.2f} s) "
+        "(target <= 1.10x)"
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ def main() -> None:
     begin = time.perf_counter()
     import torch  # noqa: F401
 
-    from observer_ci.run import RunConfig, run_scripts
+    from observer_ci.pipeline.config import RunConfig
+    from observer_ci.pipeline.scripts import run_scripts
 
     import_s = time.perf_counter() - begin
     scripts = sorted(EXAMPLES.glob("*.py"))
@@ -33,8 +34,10 @@ def main() -> None:
     )
     print(header + "   torch med   ORT med")
     for m in results.models:
-        phases = " ".join(f"{m.phase_seconds.get(p, 0.0):8.3f}" for p in
-                          ("script", "infer", "export", "replay", "probe"))
+        phases = " ".join(
+            f"{m.phase_seconds.get(p, 0.0):8.3f}"
+            for p in ("script", "infer", "export", "replay", "probe")
+        )
         torch_ms = (m.median_torch_latency_s or 0) * 1e3
         ort_ms = (m.median_ort_latency_s or 0) * 1e3
         print(f"{m.name:24s} {m.status:12s} {phases}   {torch_ms:7.3f} ms {ort_ms:7.3f} ms")

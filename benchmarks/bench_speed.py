@@ -232,8 +232,12 @@ def make_pr_repo(root: Path, names: list[str]) -> str:
 def bench_base_and_head(names: list[str], rounds: int, tmp: Path) -> None:
     import json
 
-    from observer_ci.settings import Settings
-    from observer_ci.workspace import load_baseline, run_base_and_head, run_scripts_subprocess
+    from observer_ci.action.settings import Settings
+    from observer_ci.action.workspace import (
+        load_baseline,
+        run_base_and_head,
+        run_scripts_subprocess,
+    )
 
     print(f"== baseline: base, {os.cpu_count()} cores: side by side vs in turn; {load()}")
     repo = tmp / "repo"
@@ -300,7 +304,7 @@ def bench_registry(rounds: int) -> None:
     code = (
         "import time, torch\n"
         "from torch.onnx._internal.exporter import _registration\n"
-        "from observer_ci.onnx_exporter import onnx_registry\n"
+        "from observer_ci.pipeline.onnx_exporter import onnx_registry\n"
         "onnx_registry(20)\n"
         "t = time.perf_counter(); _registration.ONNXRegistry.from_torchlib(opset_version=20)\n"
         "build = time.perf_counter() - t\n"

@@ -110,9 +110,10 @@ class _Counter:
 def gzip_bytes(dists) -> int:
     """Size of a gzip-compressed tar of the distributions' files (like a layer)."""
     counter = _Counter()
-    with gzip.GzipFile(fileobj=counter, mode="wb", compresslevel=6) as gz, tarfile.open(
-        fileobj=gz, mode="w|"
-    ) as tar:
+    with (
+        gzip.GzipFile(fileobj=counter, mode="wb", compresslevel=6) as gz,
+        tarfile.open(fileobj=gz, mode="w|") as tar,
+    ):
         for dist in dists:
             for f in dist.files or []:
                 path = str(dist.locate_file(f))

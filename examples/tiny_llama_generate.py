@@ -25,8 +25,9 @@ torch.manual_seed(0)
 model = LlamaForCausalLM(config).eval()
 input_ids = torch.randint(3, 1000, (2, 5))
 # generate() keeps the batch size, so mark dim 0 of every input dynamic explicitly.
-with torch.no_grad(), observer_ci.observe(
-    model, name="tiny_llama", store_n_calls=3, set_batch_dimension_for=True
+with (
+    torch.no_grad(),
+    observer_ci.observe(model, name="tiny_llama", store_n_calls=3, set_batch_dimension_for=True),
 ):
     model.generate(
         input_ids,

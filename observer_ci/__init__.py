@@ -14,10 +14,10 @@ __all__ = ["InputObserver", "ObserverError", "observe", "register"]
 __version__ = "0.1.0"
 
 _LAZY = {
-    "InputObserver": "observer_ci.observer",
-    "ObserverError": "observer_ci.observer",
-    "observe": "observer_ci.registry",
-    "register": "observer_ci.registry",
+    "InputObserver": "observer_ci.observing.observer",
+    "ObserverError": "observer_ci.observing.observer",
+    "observe": "observer_ci.observing.registry",
+    "register": "observer_ci.observing.registry",
 }
 
 

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from observer_ci.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
-from observer_ci.results import RunResults
+from observer_ci.core.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from observer_ci.core.results import RunResults
 
 __all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
 
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_merge(args)
         if args.command == "pair":
             return cmd_pair(args)
-        from observer_ci.action import main as action_main
+        from observer_ci.action.main import main as action_main
 
         return action_main(dry_run=args.dry_run)
     except UsageError as e:
@@ -161,7 +161,7 @@ def expand_scripts(patterns: Sequence[str]) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from observer_ci.export_cache import resolve_cache_dir, resolve_cache_max_bytes
+    from observer_ci.pipeline.export_cache import resolve_cache_dir, resolve_cache_max_bytes
 
     try:
         cache_max_bytes = resolve_cache_max_bytes(args.cache_max_mb)
@@ -172,7 +172,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(max(1, args.threads))
-    from observer_ci.run import RunConfig, run_scripts
+    from observer_ci.pipeline.config import RunConfig
+    from observer_ci.pipeline.scripts import run_scripts
 
     thresholds, fail_on = _gate(args)
     if args.atol is not None:
@@ -210,7 +211,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, head = _read(args.base), _read(args.head)
     if args.out:
         return publish(head, base, Path(args.out), thresholds, fail_on, write_results=False)
-    from observer_ci.rules import compare
+    from observer_ci.report.rules import compare
 
     regressions = compare(head, base, thresholds, fail_on)
     print_regressions(regressions)
@@ -218,7 +219,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
-    from observer_ci.paired import pair_results
+    from observer_ci.pipeline.paired import pair_results
 
     base, head = _read(args.base), _read(args.head)
     timed = pair_results(base, head, rounds=args.rounds, threads=args.threads)
@@ -228,7 +229,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from observer_ci.merge import merge_results
+    from observer_ci.core.legs import merge_results
 
     thresholds, fail_on = _gate(args)
     merged = merge_results([_read(p) for p in args.parts])
@@ -246,8 +247,8 @@ def publish(
     write_results: bool = True,
 ) -> int:
     """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
-    from observer_ci.report import write_report_files
-    from observer_ci.rules import compare
+    from observer_ci.report.markdown import write_report_files
+    from observer_ci.report.rules import compare
 
     regressions = compare(head, base, thresholds, fail_on)
     write_report_files(
@@ -267,7 +268,7 @@ def print_regressions(regressions) -> None:
 
 
 def _gate(args: argparse.Namespace):
-    from observer_ci.rules import parse_fail_on, parse_thresholds
+    from observer_ci.report.rules import parse_fail_on, parse_thresholds
 
     try:
         return parse_thresholds(args.thresholds), parse_fail_on(args.fail_on)

@@ -9,7 +9,7 @@ import pytest
 import requests
 from hypothesis import settings
 
-from observer_ci.github_client import GitHubClient
+from observer_ci.github.client import GitHubClient
 from tests.support.fake_github import DEFAULT_TOKEN, FakeGitHub
 
 # Property tests are reproducible (the same examples on every run, in CI and under mutation

@@ -43,34 +43,34 @@ class Module:
 
 MODULES: dict[str, Module] = {
     "diff": Module(
-        "observer_ci/diff.py",
-        ("observer_ci.diff.*",),
+        "observer_ci/pipeline/diff.py",
+        ("observer_ci.pipeline.diff.*",),
         ("tests/unit/test_diff.py", "tests/unit/test_diff_properties.py"),
     ),
     "rules": Module(
-        "observer_ci/rules.py",
-        ("observer_ci.rules.*",),
+        "observer_ci/report/rules.py",
+        ("observer_ci.report.rules.*",),
         ("tests/unit/test_baseline.py", "tests/unit/test_rules_boundaries.py"),
     ),
     "escape": Module(
-        "observer_ci/escape.py",
-        ("observer_ci.escape.*",),
+        "observer_ci/report/escape.py",
+        ("observer_ci.report.escape.*",),
         ("tests/unit/test_escape.py", "tests/unit/test_report.py"),
     ),
     "report_fitting": Module(
-        "observer_ci/report.py",
+        "observer_ci/report/markdown.py",
         (
-            "observer_ci.report.x_render_report*",
-            "observer_ci.report.x_fit_report*",
-            "observer_ci.report.x_report_levels*",
-            "observer_ci.report.x__level_texts*",
-            "observer_ci.report.x__hard_cut*",
+            "observer_ci.report.markdown.x_render_report*",
+            "observer_ci.report.markdown.x_fit_report*",
+            "observer_ci.report.markdown.x_report_levels*",
+            "observer_ci.report.markdown.x__level_texts*",
+            "observer_ci.report.markdown.x__hard_cut*",
         ),
         ("tests/unit/test_report.py", "tests/unit/test_report_fitting.py"),
     ),
     "sticky_selection": Module(
-        "observer_ci/github.py",
-        ("observer_ci.github.*",),
+        "observer_ci/github/sticky.py",
+        ("observer_ci.github.sticky.*",),
         (
             "tests/unit/test_github_pure.py",
             "tests/unit/test_sticky_selection.py",
@@ -80,8 +80,8 @@ MODULES: dict[str, Module] = {
         ),
     ),
     "client_retry": Module(
-        "observer_ci/github_client.py",
-        ("observer_ci.github_client.*",),
+        "observer_ci/github/client.py",
+        ("observer_ci.github.client.*",),
         (
             "tests/unit/test_github_pure.py",
             "tests/integration/test_github_client.py",
@@ -89,15 +89,15 @@ MODULES: dict[str, Module] = {
         ),
     ),
     "observer": Module(
-        "observer_ci/observer.py",
-        ("observer_ci.observer.*",),
+        "observer_ci/observing/observer.py",
+        ("observer_ci.observing.observer.*",),
         ("tests/unit/test_observer.py", "tests/unit/test_observer_sample_choice.py"),
     ),
     # the inference itself (alignment, dynamic dims, fill-ins, candidate ranking) lives here
     # since the observer was split; observer.py is the facade
     "observer_inference": Module(
-        "observer_ci/alignment.py",
-        ("observer_ci.alignment.*",),
+        "observer_ci/observing/alignment.py",
+        ("observer_ci.observing.alignment.*",),
         (
             "tests/unit/test_observer.py",
             "tests/unit/test_observer_sample_choice.py",

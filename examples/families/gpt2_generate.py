@@ -11,13 +11,21 @@ from transformers import GPT2Config, GPT2LMHeadModel
 import observer_ci
 
 config = GPT2Config(
-    vocab_size=256, n_positions=64, n_embd=32, n_layer=2, n_head=2, n_inner=64,
-    pad_token_id=0, eos_token_id=1, bos_token_id=1,
+    vocab_size=256,
+    n_positions=64,
+    n_embd=32,
+    n_layer=2,
+    n_head=2,
+    n_inner=64,
+    pad_token_id=0,
+    eos_token_id=1,
+    bos_token_id=1,
 )
 torch.manual_seed(0)
 model = GPT2LMHeadModel(config).eval()
-with torch.no_grad(), observer_ci.observe(
-    model, name="tiny_gpt2", store_n_calls=4, set_batch_dimension_for=True
+with (
+    torch.no_grad(),
+    observer_ci.observe(model, name="tiny_gpt2", store_n_calls=4, set_batch_dimension_for=True),
 ):
     input_ids = torch.randint(2, 256, (2, 5))
     model.generate(

@@ -25,8 +25,11 @@ config = MistralConfig(
 )
 torch.manual_seed(0)
 model = MistralForCausalLM(config).eval()
-with torch.no_grad(), observer_ci.observe(
-    model, name="mistral_sliding_window", store_n_calls=8, set_batch_dimension_for=True
+with (
+    torch.no_grad(),
+    observer_ci.observe(
+        model, name="mistral_sliding_window", store_n_calls=8, set_batch_dimension_for=True
+    ),
 ):
     input_ids = torch.randint(2, 256, (2, 7))
     model.generate(

@@ -36,11 +36,11 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from observer_ci.github import FALLBACK_COMMENT_MAX_CHARS as FALLBACK_COMMENT_LIMIT
-from observer_ci.github import MARKER, parse_marker
-from observer_ci.report import GITHUB_MAX_CHARS, TRUNCATION_NOTE, render_report
-from observer_ci.results import ModelResult, RunResults
-from observer_ci.rules import Thresholds, compare, parse_fail_on
+from observer_ci.core.results import ModelResult, RunResults
+from observer_ci.github.sticky import FALLBACK_COMMENT_MAX_CHARS as FALLBACK_COMMENT_LIMIT
+from observer_ci.github.sticky import MARKER, parse_marker
+from observer_ci.report.markdown import GITHUB_MAX_CHARS, TRUNCATION_NOTE, render_report
+from observer_ci.report.rules import Thresholds, compare, parse_fail_on
 from tests.support.fake_github import FakeGitHub
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from observer_ci.escape import escape_text
-from observer_ci.results import RunResults
+from observer_ci.core.results import RunResults
+from observer_ci.report.escape import escape_text
 
 REPO = Path(__file__).resolve().parents[2]
 

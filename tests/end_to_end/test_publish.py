@@ -10,7 +10,7 @@
 Only the run-mode job exports nothing (its script fails at once): the payloads of the
 other tests are written with the same writer run mode uses, from results built here.
 The fork and matrix publishing run ``entrypoint.py`` as a subprocess; the other cases call
-the same ``observer_ci.action.main`` in this process (a subprocess costs ~1 s each).
+the same ``observer_ci.action.main.main`` in this process (a subprocess costs ~1 s each).
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from observer_ci import action
-from observer_ci.artifact import MAX_RESULTS_BYTES, PAYLOAD_FILE, Payload, write_payload
-from observer_ci.escape import ZWJ
-from observer_ci.github import MARKER, parse_marker
-from observer_ci.results import (
+from observer_ci.action.artifact import MAX_RESULTS_BYTES, PAYLOAD_FILE, Payload, write_payload
+from observer_ci.action.main import main as action
+from observer_ci.core.results import (
     STATUS_EXPORT_FAILED,
     STATUS_OK,
     ExportResult,
@@ -39,7 +37,9 @@ from observer_ci.results import (
     ObservationResult,
     RunResults,
 )
-from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds
+from observer_ci.github.sticky import MARKER, parse_marker
+from observer_ci.report.escape import ZWJ
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds
 from tests.support.fake_github import FakeGitHub
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -364,8 +364,14 @@ def test_matrix_legs_merge_into_one_comment_where_a_red_leg_stays_red(tmp_path, 
     for label, status in legs.items():
         error = "torch._dynamo.exc.Unsupported: data-dependent branch" if status != "ok" else None
         head = results(model("encoder", status, error), model(f"only-{label}"))
-        leave(root / f"observer-ci-payload-{label}", head, base=results(model("encoder")),
-              pr=31, run_id="555", label=label)
+        leave(
+            root / f"observer-ci-payload-{label}",
+            head,
+            base=results(model("encoder")),
+            pr=31,
+            run_id="555",
+            label=label,
+        )
     before = len(gh.requests)
     run = publish(tmp_path, gh, root, pr_event=31, subprocess_run=True)
     assert run.returncode == 0, run.log
@@ -410,7 +416,11 @@ def test_the_publish_job_key_wins_and_the_deprecated_input_still_works(tmp_path,
     gh.add_run(OWNER, REPO, 905, head_sha=SHA, pull_requests=(42,))
     leave(tmp_path / "payload", results(model("mlp")), pr=42, run_id="905", comment_key="a")
     run = publish(
-        tmp_path, gh, tmp_path / "payload", workflow_run_id=905, INPUT_COMMENT="false",
+        tmp_path,
+        gh,
+        tmp_path / "payload",
+        workflow_run_id=905,
+        INPUT_COMMENT="false",
         INPUT_COMMENT_KEY="b",
     )
     assert run.returncode == 0, run.log

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from observer_ci.results import STATUS_SCRIPT_FAILED
-from observer_ci.settings import Settings
-from observer_ci.workspace import run_scripts_subprocess
+from observer_ci.action.settings import Settings
+from observer_ci.action.workspace import run_scripts_subprocess
+from observer_ci.core.results import STATUS_SCRIPT_FAILED
 
 SCRIPTS = {
     "first": "raise ValueError('first script: its own error')\n",
@@ -98,8 +98,8 @@ def test_a_cancelled_action_takes_its_running_child_along(tmp_path):
     )
     parent = (
         "import os, sys\n"
-        "from observer_ci.action import exit_on_sigterm\n"
-        "from observer_ci.workspace import run_isolated\n"
+        "from observer_ci.action.main import exit_on_sigterm\n"
+        "from observer_ci.action.workspace import run_isolated\n"
         "exit_on_sigterm()\n"
         f"run_isolated([sys.executable, '-c', {child!r}], cwd='.', env=dict(os.environ),"
         " timeout_s=600)\n"

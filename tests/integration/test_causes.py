@@ -8,21 +8,22 @@ import torch
 from torch.utils import _pytree as pytree
 
 from observer_ci import observe
-from observer_ci.artifact import parse_results
-from observer_ci.export import export_observed
-from observer_ci.graph_warnings import graph_warnings
-from observer_ci.registry import take_registered
-from observer_ci.replay import make_session, replay_observation
-from observer_ci.report import render_report
-from observer_ci.results import (
+from observer_ci.action.artifact import parse_results
+from observer_ci.core.results import (
     STATUS_EXPORT_FAILED,
     STATUS_OK,
     STATUS_ORT_FAILED,
     ModelResult,
     RunResults,
 )
-from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare, parse_fail_on
-from observer_ci.run import RunConfig, process_model
+from observer_ci.observing.registry import take_registered
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.export import export_observed
+from observer_ci.pipeline.graph_warnings import graph_warnings
+from observer_ci.pipeline.model_steps import process_model
+from observer_ci.pipeline.replay import make_session, replay_observation
+from observer_ci.report.markdown import render_report
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare, parse_fail_on
 
 FAST = RunConfig(warmup=0, repeat=1)
 HERE = Path(__file__).name
@@ -310,10 +311,10 @@ def _baked_batch_onnx(path):
 
 
 def test_probe_failure_names_the_dim_and_the_size_seen_in_every_call(tmp_path):
-    from observer_ci.graph_warnings import graph_warnings
-    from observer_ci.probe import run_probe
-    from observer_ci.replay import make_session
-    from observer_ci.results import InputInfo, ModelResult
+    from observer_ci.core.results import InputInfo, ModelResult
+    from observer_ci.pipeline.graph_warnings import graph_warnings
+    from observer_ci.pipeline.probe import run_probe
+    from observer_ci.pipeline.replay import make_session
 
     model = torch.nn.Identity()
     entry = _observed(

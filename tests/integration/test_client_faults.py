@@ -15,7 +15,8 @@ from collections.abc import Callable
 import pytest
 import requests
 
-from observer_ci.github import (
+from observer_ci.github.client import GitHubClient, GitHubError
+from observer_ci.github.sticky import (
     StickyMarker,
     find_sticky_comment,
     parse_marker,
@@ -23,7 +24,6 @@ from observer_ci.github import (
     upsert_sticky_comment,
     whoami,
 )
-from observer_ci.github_client import GitHubClient, GitHubError
 from tests.conftest import RecordingSleep
 from tests.support.fake_github import BOT_LOGIN, DEFAULT_TOKEN, FakeGitHub
 

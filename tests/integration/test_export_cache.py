@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from observer_ci.export_cache import MANIFEST, ExportCache, export_key
-from observer_ci.observer import InputObserver
-from observer_ci.run import RunConfig, run_scripts
+from observer_ci.observing.observer import InputObserver
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.export_cache import MANIFEST, ExportCache, export_key
+from observer_ci.pipeline.scripts import run_scripts
 
 REPO = Path(__file__).resolve().parents[2]
 MLP = REPO / "examples" / "mlp_classifier.py"
@@ -24,8 +25,8 @@ FAST = RunConfig(warmup=0, repeat=1, probe=False)
 
 KEY_OF_EXAMPLE = f"""
 import runpy, sys
-from observer_ci import registry
-from observer_ci.run import export_cache_key
+from observer_ci.observing import registry
+from observer_ci.pipeline.family_server import export_cache_key
 with registry.current_script({str(MLP)!r}):
     runpy.run_path({str(MLP)!r}, run_name="__main__")
 (entry,) = registry.take_registered()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from observer_ci import InputObserver
-from observer_ci.export import export_observed
+from observer_ci.pipeline.export import export_observed
 
 
 def size_hint(n):

@@ -8,8 +8,8 @@ pytest.importorskip("transformers", reason="optional extra 'transformers' is not
 import torch  # noqa: E402
 
 from observer_ci import observe  # noqa: E402
-from observer_ci.registry import take_registered  # noqa: E402
-from observer_ci.run import process_model  # noqa: E402
+from observer_ci.observing.registry import take_registered  # noqa: E402
+from observer_ci.pipeline.model_steps import process_model  # noqa: E402
 from tests.support.families import FAST  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def test_calls_after_the_sliding_window_fills_get_their_own_graph(tmp_path):
 
 
 def test_a_family_role_wins_over_the_cache_roles():
-    from observer_ci.families import ROLE_WINDOW_FULL, Family, name_families
+    from observer_ci.observing.families import ROLE_WINDOW_FULL, Family, name_families
 
     named = name_families(
         [

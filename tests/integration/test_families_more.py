@@ -10,16 +10,16 @@ pytest.importorskip("transformers", reason="optional extra 'transformers' is not
 import torch  # noqa: E402
 
 from observer_ci import observe  # noqa: E402
-from observer_ci.causes import (  # noqa: E402
+from observer_ci.core.results import STATUS_EXPORT_FAILED  # noqa: E402
+from observer_ci.observing.observer import InputObserver  # noqa: E402
+from observer_ci.observing.registry import take_registered  # noqa: E402
+from observer_ci.pipeline.causes import (  # noqa: E402
     INPUT_NAME,
     UNREGISTERED_TYPE,
     UNSUPPORTED_OP,
     explain_exception,
 )
-from observer_ci.observer import InputObserver  # noqa: E402
-from observer_ci.registry import take_registered  # noqa: E402
-from observer_ci.results import STATUS_EXPORT_FAILED  # noqa: E402
-from observer_ci.run import process_model  # noqa: E402
+from observer_ci.pipeline.model_steps import process_model  # noqa: E402
 from tests.support.families import (  # noqa: E402
     FAMILIES,
     FAST,

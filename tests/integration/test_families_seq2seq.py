@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="optional extra 'transformers' is not installed")
 
-from observer_ci.results import RunResults  # noqa: E402
+from observer_ci.core.results import RunResults  # noqa: E402
 from tests.support.families import (  # noqa: E402
     FAMILIES,
     assert_served_and_probed,

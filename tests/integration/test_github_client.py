@@ -14,7 +14,8 @@ import time
 import pytest
 import requests
 
-from observer_ci.github import (
+from observer_ci.github.client import GitHubClient, GitHubError
+from observer_ci.github.sticky import (
     MARKER,
     PostResult,
     StickyMarker,
@@ -24,7 +25,6 @@ from observer_ci.github import (
     sticky_marker,
     upsert_sticky_comment,
 )
-from observer_ci.github_client import GitHubClient, GitHubError
 from tests.conftest import RecordingSleep
 from tests.support.fake_github import BOT_LOGIN, DEFAULT_TOKEN, FakeGitHub
 

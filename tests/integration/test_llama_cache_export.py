@@ -1,7 +1,7 @@
 """A tiny random Llama with a ``DynamicCache`` exported with ``torch.onnx.export(dynamo=True)``.
 
 Checks the forward kwargs ``generate`` sends, the pytree registration of ``DynamicCache``
-(``observer_ci.pytrees``), the ONNX input/output names and onnxruntime against torch on
+(``observer_ci.observing.pytrees``), the ONNX input/output names and onnxruntime against torch on
 decode-step inputs and on a prefill step fed as an empty (0-length) cache.
 See notes/llama-cache-findings.md. About 10 s on CPU.
 """
@@ -25,7 +25,7 @@ ort = pytest.importorskip("onnxruntime")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.cache_utils import DynamicCache  # noqa: E402
 
-from observer_ci.pytrees import (  # noqa: E402
+from observer_ci.observing.pytrees import (  # noqa: E402
     cache_dynamic_shapes,
     describe_cache,
     make_dynamic_cache,

@@ -48,7 +48,10 @@ def test_plain_model_does_not_import_transformers(monkeypatch):
     import torch
 
     from observer_ci import InputObserver
-    from observer_ci.pytrees import register_model_output_keys, register_transformers_pytrees
+    from observer_ci.observing.pytrees import (
+        register_model_output_keys,
+        register_transformers_pytrees,
+    )
 
     # as in a script that never imported transformers (this process did, for other tests)
     for name in [m for m in sys.modules if m == "transformers" or m.startswith("transformers.")]:

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from observer_ci import InputObserver
-from observer_ci.export import export_observed
-from observer_ci.results import STATUS_OBSERVE_FAILED, STATUS_OK
-from observer_ci.run import RunConfig, run_script
+from observer_ci.core.results import STATUS_OBSERVE_FAILED, STATUS_OK
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.export import export_observed
+from observer_ci.pipeline.scripts import run_script
 
 
 def t(*shape):

@@ -10,16 +10,18 @@ import pytest
 import torch
 
 from observer_ci import InputObserver, observe
-from observer_ci.export import export_observed
-from observer_ci.registry import take_registered
-from observer_ci.report import render_report
-from observer_ci.results import (
+from observer_ci.core.results import (
     STATUS_EXPORT_FAILED,
     STATUS_OK,
     STATUS_SCRIPT_FAILED,
     RunResults,
 )
-from observer_ci.run import RunConfig, process_model, run_script, run_scripts
+from observer_ci.observing.registry import take_registered
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.export import export_observed
+from observer_ci.pipeline.model_steps import process_model
+from observer_ci.pipeline.scripts import run_script, run_scripts
+from observer_ci.report.markdown import render_report
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAST = RunConfig(warmup=1, repeat=3)

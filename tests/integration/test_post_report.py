@@ -10,16 +10,16 @@ from collections.abc import Callable
 
 import pytest
 
-from observer_ci.constants import GITHUB_COMMENT_MAX_CHARS, MARKER
-from observer_ci.github import (
+from observer_ci.action.settings import EventFacts, Settings
+from observer_ci.core.constants import GITHUB_COMMENT_MAX_CHARS, MARKER
+from observer_ci.github.client import GitHubError
+from observer_ci.github.sticky import (
     FALLBACK_COMMENT_MAX_CHARS,
     StickyMarker,
     parse_marker,
     post_failure,
     post_report,
 )
-from observer_ci.github_client import GitHubError
-from observer_ci.settings import EventFacts, Settings
 from tests.support.fake_github import DEFAULT_TOKEN, FakeGitHub
 
 OWNER, REPO, PR = "octo", "widgets", 17

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from observer_ci import observe
-from observer_ci.registry import take_registered
-from observer_ci.results import STATUS_PROBE_FAILED, ModelResult, RunResults
-from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare
-from observer_ci.run import RunConfig, process_model
+from observer_ci.core.results import STATUS_PROBE_FAILED, ModelResult, RunResults
+from observer_ci.observing.registry import take_registered
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.model_steps import process_model
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare
 
 OBSERVED_BATCHES = (2, 3, 4)
 

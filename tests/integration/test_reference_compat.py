@@ -19,7 +19,7 @@ from onnx_diagnostic.investigate.input_observer import InputObserver as Referenc
 from torch.onnx import InputObserver as TorchObserver  # noqa: E402
 
 from observer_ci import InputObserver, ObserverError  # noqa: E402
-from observer_ci.export import export_observed  # noqa: E402
+from observer_ci.pipeline.export import export_observed  # noqa: E402
 
 
 class Model(torch.nn.Module):

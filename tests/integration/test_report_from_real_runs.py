@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 
 from observer_ci import observe
-from observer_ci.registry import take_registered
-from observer_ci.report import render_report
-from observer_ci.results import STATUS_DISCREPANCY, RunResults
-from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare, worst_error
-from observer_ci.run import RunConfig, model_notes, process_model
+from observer_ci.core.results import STATUS_DISCREPANCY, RunResults
+from observer_ci.observing.registry import take_registered
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.model_steps import model_notes, process_model
+from observer_ci.report.markdown import render_report
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare, worst_error
 
 FAST = RunConfig(warmup=1, repeat=3)
 

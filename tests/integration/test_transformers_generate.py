@@ -7,8 +7,9 @@ import torch
 
 pytest.importorskip("transformers", reason="optional extra 'transformers' is not installed")
 
-from observer_ci.results import STATUS_OK  # noqa: E402
-from observer_ci.run import RunConfig, run_script  # noqa: E402
+from observer_ci.core.results import STATUS_OK  # noqa: E402
+from observer_ci.pipeline.config import RunConfig  # noqa: E402
+from observer_ci.pipeline.scripts import run_script  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "tiny_llama_generate.py"
 

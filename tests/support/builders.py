@@ -1,14 +1,14 @@
 """Builders of results.json objects for tests: one healthy model, overridable field by field.
 
-    model(observations=[observation(0, abs_=2e-3)])   # a discrepancy
-    run(model("a"), model("b"), label="base")
+model(observations=[observation(0, abs_=2e-3)])   # a discrepancy
+run(model("a"), model("b"), label="base")
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from observer_ci.results import (
+from observer_ci.core.results import (
     ExportResult,
     InputInfo,
     ModelResult,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from observer_ci.merged import MERGED_NAME
-from observer_ci.results import STATUS_OK, ModelResult
-from observer_ci.run import RunConfig, run_scripts
+from observer_ci.core.results import STATUS_OK, ModelResult
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.merged_decoder import MERGED_NAME
+from observer_ci.pipeline.scripts import run_scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

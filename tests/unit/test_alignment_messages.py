@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from observer_ci import InputObserver
-from observer_ci.observer import ObserverError
+from observer_ci.observing.observer import ObserverError
 
 DYN = torch.export.Dim.DYNAMIC
 
@@ -142,7 +142,7 @@ def test_a_family_does_not_inherit_past_the_rank_or_from_another_input():
 def test_positions_and_names_of_the_observed_method():
     import inspect
 
-    from observer_ci.alignment import MethodSignature
+    from observer_ci.observing.alignment import MethodSignature
 
     def method(x, y=None, z=None):
         return x

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from observer_ci.artifact import (
+from observer_ci.action.artifact import (
     ArtifactError,
     NoPayloadError,
     Payload,
@@ -15,10 +15,10 @@ from observer_ci.artifact import (
     read_parts,
     write_payload,
 )
-from observer_ci.github import MARKER, parse_marker, sticky_marker, with_marker
-from observer_ci.results import ModelResult, ObservationResult, ProbeResult, RunResults
-from observer_ci.rules import Thresholds
-from observer_ci.settings import Settings, SettingsError
+from observer_ci.action.settings import Settings, SettingsError
+from observer_ci.core.results import ModelResult, ObservationResult, ProbeResult, RunResults
+from observer_ci.github.sticky import MARKER, parse_marker, sticky_marker, with_marker
+from observer_ci.report.rules import Thresholds
 
 SHA = "c" * 40
 

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from observer_ci.merge import merge_results
-from observer_ci.results import ExportResult, InputInfo, ProbeResult
-from observer_ci.rules import (
+from observer_ci.core.legs import merge_results
+from observer_ci.core.results import ExportResult, InputInfo, ProbeResult
+from observer_ci.report.rules import (
     DEFAULT_FAIL_ON,
     RULES,
     Regression,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from observer_ci.causes import explain_ort_failure, explain_script_error, is_user_file
+from observer_ci.pipeline.causes import explain_ort_failure, explain_script_error, is_user_file
 
 
 def test_static_dim_rejected_by_onnxruntime_names_input_dim_and_sizes():
@@ -46,8 +46,8 @@ def test_library_frames_are_not_the_users_line():
 
 
 def test_node_failure_names_where_the_call_differs_from_the_export_sample():
-    from observer_ci.causes import add_sample_difference
-    from observer_ci.results import InputInfo
+    from observer_ci.core.results import InputInfo
+    from observer_ci.pipeline.causes import add_sample_difference
 
     text = (
         "[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Expand "

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from observer_ci.action.settings import Settings, SettingsError
 from observer_ci.cli import expand_scripts, main
-from observer_ci.results import (
+from observer_ci.core.results import (
     ExportResult,
     InputInfo,
     ModelResult,
     ObservationResult,
     RunResults,
 )
-from observer_ci.rules import RULES
-from observer_ci.settings import Settings, SettingsError
-from observer_ci.workflow import render_cut, workflow_escape
+from observer_ci.core.workflow_commands import render_cut, workflow_escape
+from observer_ci.report.rules import RULES
 
 
 def results(label: str, abs_: float, nodes: int = 10, name: str = "m") -> RunResults:
@@ -144,8 +144,8 @@ def test_summary_cut_respects_the_byte_limit():
 
 
 def test_the_cache_size_cap_reaches_the_run_from_input_flag_or_variable():
-    from observer_ci.export_cache import CACHE_MAX_MB_ENV, resolve_cache_max_bytes
-    from observer_ci.workspace import child_options
+    from observer_ci.action.workspace import child_options
+    from observer_ci.pipeline.export_cache import CACHE_MAX_MB_ENV, resolve_cache_max_bytes
 
     env = {"INPUT_SCRIPT": "a.py", "INPUT_CACHE_DIR": ".c", "INPUT_CACHE_MAX_MB": "64"}
     settings = Settings.from_env(env)

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from observer_ci.diff import flatten_outputs, max_diff
+from observer_ci.pipeline.diff import flatten_outputs, max_diff
 
 
 def test_exact_match_is_float_zero_and_within_tolerance():

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from observer_ci.diff import REL_EPSILON, flatten_outputs, max_diff
+from observer_ci.pipeline.diff import REL_EPSILON, flatten_outputs, max_diff
 
 HIST = (0.5, 0.01, 1e-4)
 

@@ -6,7 +6,7 @@ import torch
 from onnx import TensorProto, helper
 
 from observer_ci import InputObserver
-from observer_ci.dim_names import name_dims, name_onnx_axes, rename_symbols
+from observer_ci.core.dim_names import name_dims, name_onnx_axes, rename_symbols
 
 
 class Encoder(torch.nn.Module):
@@ -89,8 +89,10 @@ def test_encoder_decoder_lengths_and_generic_names():
     assert name_dims(obs) == [{1: "encoder_sequence_length"}, {1: "decoder_sequence_length"}]
     feats = observe(
         Features(),
-        [dict(x=torch.zeros(2, 5, 3), lengths=ids(2, 1)), dict(x=torch.zeros(4, 6, 3),
-                                                              lengths=ids(4, 1))],
+        [
+            dict(x=torch.zeros(2, 5, 3), lengths=ids(2, 1)),
+            dict(x=torch.zeros(4, 6, 3), lengths=ids(4, 1)),
+        ],
     )
     # dim 0 varies together: one batch; x's dim 1 has no role: a generic name
     assert name_dims(feats) == [{0: "batch_size", 1: "x_dim1"}, {0: "batch_size"}]

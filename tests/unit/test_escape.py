@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observer_ci.escape import (
+from observer_ci.report.escape import (
     TRUNCATED_NOTE,
     ZWJ,
     code_block,
@@ -18,7 +18,7 @@ from observer_ci.escape import (
     neutralise_mentions,
     truncate,
 )
-from observer_ci.report_format import markdown_table
+from observer_ci.report.tables import markdown_table
 from tests.support.markdown import MENTION_RE, parse
 
 EVIL = "x|y<script>@octocat"

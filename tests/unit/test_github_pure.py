@@ -1,4 +1,4 @@
-"""Pure helpers of observer_ci.github and observer_ci.github_client (no network)."""
+"""Pure helpers of observer_ci.github.sticky and observer_ci.github.client (no network)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from observer_ci.github import (
+from observer_ci.action.settings import event_facts, read_event
+from observer_ci.github.client import GitHubClient, GitHubError, rate_limit_delay
+from observer_ci.github.sticky import (
     MARKER,
     StickyMarker,
     is_ours,
@@ -18,8 +20,6 @@ from observer_ci.github import (
     sticky_marker,
     with_marker,
 )
-from observer_ci.github_client import GitHubClient, GitHubError, rate_limit_delay
-from observer_ci.settings import event_facts, read_event
 
 # -- event parsing ------------------------------------------------------------------
 

@@ -1,8 +1,14 @@
 """Warning rules computed from results alone (torch-free): text, rule table, gating."""
 
-from observer_ci.graph_warnings import WARNING_RULES, graph_warnings
-from observer_ci.results import ExportResult, GraphResult, InputInfo, ModelResult, RunResults
-from observer_ci.rules import DEFAULT_FAIL_ON, RULES_BY_NAME, Thresholds, compare, parse_fail_on
+from observer_ci.core.results import ExportResult, GraphResult, InputInfo, ModelResult, RunResults
+from observer_ci.pipeline.graph_warnings import WARNING_RULES, graph_warnings
+from observer_ci.report.rules import (
+    DEFAULT_FAIL_ON,
+    RULES_BY_NAME,
+    Thresholds,
+    compare,
+    parse_fail_on,
+)
 
 
 def model(**fields):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from observer_ci import workflow
-from observer_ci.isolation import is_secret_name, without_secrets
-from observer_ci.settings import Settings, SettingsError
-from observer_ci.workspace import load_baseline
+from observer_ci.action.isolation import is_secret_name, without_secrets
+from observer_ci.action.settings import Settings, SettingsError
+from observer_ci.action.workspace import load_baseline
+from observer_ci.core import workflow_commands as workflow
 
 
 def test_annotation_titles_and_messages_lose_control_and_bidi_characters(capsys):
@@ -81,7 +81,7 @@ def test_a_malformed_baseline_is_a_note_never_a_crash(tmp_path, models):
 
 def test_a_very_long_model_name_gets_a_short_hashed_file_name(tmp_path):
     pytest.importorskip("torch")
-    from observer_ci.run import MAX_FILENAME_CHARS, safe_filename
+    from observer_ci.pipeline.family_server import MAX_FILENAME_CHARS, safe_filename
 
     long_a, long_b = "m" * 300 + "a", "m" * 300 + "b"
     name_a, name_b = safe_filename(long_a), safe_filename(long_b)
@@ -107,7 +107,7 @@ def test_absurd_numbers_are_input_errors(name, value, message):
 def test_make_undumpable_is_harmless_in_a_child(tmp_path):
     # the flag hides /proc/<pid>/environ from processes without CAP_SYS_PTRACE
     script = (
-        "from observer_ci.isolation import make_undumpable\n"
+        "from observer_ci.action.isolation import make_undumpable\n"
         "import sys\n"
         "sys.exit(0 if make_undumpable() else 1)\n"
     )

@@ -26,12 +26,15 @@ def loaded_after(code: str) -> dict[str, bool]:
     "code",
     [
         "import observer_ci",
-        "import observer_ci.action",
+        "import observer_ci.action.main",
         "import observer_ci.cli",
-        "import observer_ci.rules, observer_ci.merge, observer_ci.settings",
-        "import observer_ci.github, observer_ci.workflow, observer_ci.workspace",
-        "import observer_ci.causes, observer_ci.dim_names, observer_ci.graph_warnings",
-        "import observer_ci.export_cache, observer_ci.paired",  # cache store, `pair` child
+        "import observer_ci.report.rules, observer_ci.core.legs, observer_ci.action.settings",
+        "import observer_ci.github.sticky, observer_ci.core.workflow_commands",
+        "import observer_ci.action.workspace",
+        "import observer_ci.pipeline.causes, observer_ci.core.dim_names",
+        "import observer_ci.pipeline.graph_warnings",
+        # cache store, `pair` child
+        "import observer_ci.pipeline.export_cache, observer_ci.pipeline.paired",
     ],
 )
 def test_torch_free_modules_import_nothing_heavy(code):
@@ -40,7 +43,7 @@ def test_torch_free_modules_import_nothing_heavy(code):
 
 
 def test_report_rendering_does_not_import_torch():
-    assert loaded_after("import observer_ci.report")["torch"] is False
+    assert loaded_after("import observer_ci.report.markdown")["torch"] is False
 
 
 def test_the_observer_is_still_reachable_from_the_package():

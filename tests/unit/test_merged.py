@@ -7,7 +7,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from observer_ci.merged import USE_CACHE_BRANCH, MergeError, merge_decoders, merged_feeds
+from observer_ci.pipeline.merged_decoder import (
+    USE_CACHE_BRANCH,
+    MergeError,
+    merge_decoders,
+    merged_feeds,
+)
 
 WEIGHT = np.arange(12, dtype=np.float32).reshape(3, 4)
 
@@ -53,8 +58,9 @@ def without_past(path, n_outputs=1) -> str:
 
 
 def test_branches_compute_their_graphs_and_the_weight_is_stored_once(tmp_path):
-    facts = merge_decoders(with_past(tmp_path / "p.onnx"), without_past(tmp_path / "f.onnx"),
-                           tmp_path / "m.onnx")
+    facts = merge_decoders(
+        with_past(tmp_path / "p.onnx"), without_past(tmp_path / "f.onnx"), tmp_path / "m.onnx"
+    )
     assert facts.shared_initializers == 1 and facts.bytes_saved == WEIGHT.nbytes
     model = onnx.load(facts.path)
     assert [i.name for i in model.graph.initializer].count("w_a") == 1
@@ -64,8 +70,10 @@ def test_branches_compute_their_graphs_and_the_weight_is_stored_once(tmp_path):
     x_dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert x_dims == ["batch", "seq", 3]
     rng = np.random.default_rng(0)
-    x1, past = rng.standard_normal((2, 1, 3), np.float32), rng.standard_normal((2, 5, 4),
-                                                                               np.float32)
+    x1, past = (
+        rng.standard_normal((2, 1, 3), np.float32),
+        rng.standard_normal((2, 5, 4), np.float32),
+    )
     feeds = merged_feeds(session.get_inputs(), {"x": x1, "past": past}, True)
     (y,) = session.run(None, feeds)
     np.testing.assert_allclose(y, x1 @ WEIGHT + past.sum(axis=1, keepdims=True), rtol=1e-5)

@@ -6,7 +6,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from observer_ci import InputObserver, ObserverError
-from observer_ci.compat import adopt_observer
+from observer_ci.observing.compat import adopt_observer
 
 DYN = torch.export.Dim.DYNAMIC
 

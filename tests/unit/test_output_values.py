@@ -1,5 +1,5 @@
 """The values of the ``status`` and ``comment_status`` outputs live once, in
-:mod:`observer_ci.constants`; the code writes only those, and action.yml, the composite
+:mod:`observer_ci.core.constants`; the code writes only those, and action.yml, the composite
 variant and the README's outputs table list exactly those."""
 
 from __future__ import annotations
@@ -11,12 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from observer_ci import constants
-from observer_ci.constants import COMMENT_STATUSES, GATE_STATUSES, PUBLISH_ONLY_COMMENT_STATUSES
+from observer_ci.core import constants
+from observer_ci.core.constants import (
+    COMMENT_STATUSES,
+    GATE_STATUSES,
+    PUBLISH_ONLY_COMMENT_STATUSES,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # The modules that write the action's outputs.
-WRITERS = ("action.py", "github.py", "publish.py")
+WRITERS = ("action/main.py", "github/sticky.py", "action/publish.py")
 _GROUPS = {"COMMENT_": COMMENT_STATUSES, "GATE_": GATE_STATUSES}
 
 
@@ -52,7 +56,7 @@ def test_no_output_writer_spells_a_status_out_itself():
             for n in ast.walk(tree)
             if isinstance(n, ast.Constant) and n.value in statuses
         ]
-        assert literals == [], "use the constants of observer_ci.constants"
+        assert literals == [], "use the constants of observer_ci.core.constants"
 
 
 def _quoted(text: str) -> list[str]:

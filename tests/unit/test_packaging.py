@@ -18,9 +18,9 @@ import yaml
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from observer_ci.action import DEPRECATED_OUTPUTS
-from observer_ci.keep_installed import constraints_keeping_installed
-from observer_ci.settings import DEPRECATED_INPUTS
+from observer_ci.action.keep_installed import constraints_keeping_installed
+from observer_ci.action.main import DEPRECATED_OUTPUTS
+from observer_ci.action.settings import DEPRECATED_INPUTS
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -62,7 +62,7 @@ def normalise(name: str) -> str:
 
 def test_every_action_input_is_read_and_every_read_input_is_declared():
     declared = set(action()["inputs"])
-    source = (ROOT / "observer_ci" / "settings.py").read_text()
+    source = (ROOT / "observer_ci" / "action" / "settings.py").read_text()
     read = {m.lower() for m in re.findall(r'"INPUT_([A-Z_]+)"', source)}
     assert declared == read
     assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", name) for name in declared)  # snake_case
@@ -85,7 +85,7 @@ def test_the_composite_runs_the_same_command_with_every_input_as_its_variable():
     expected = {f"INPUT_{n.upper()}": f"${{{{ inputs.{n} }}}}" for n in action()["inputs"]}
     assert observer["env"] == expected
     entry = (ROOT / "entrypoint.py").read_text()
-    assert "from observer_ci.action import main" in entry  # the image runs the same main
+    assert "from observer_ci.action.main import main" in entry  # the image runs the same main
 
 
 def test_the_composite_works_on_linux_macos_and_windows_runners():
@@ -101,7 +101,7 @@ def test_the_composite_works_on_linux_macos_and_windows_runners():
         assert linux_only not in text
     (install,) = [s for s in scripts if "pip install" in s["run"]]
     assert install["env"]["OBSERVER_CI_ROOT"] == "${{ github.action_path }}/.."
-    assert "observer_ci.keep_installed" in install["run"]  # the user's torch is kept
+    assert "observer_ci.action.keep_installed" in install["run"]  # the user's torch is kept
     assert f"--extra-index-url {CPU_INDEX}" in install["run"]  # only when torch is missing
     (cache,) = [s for s in runs["steps"] if s.get("uses", "").startswith("actions/cache@")]
     assert cache["with"]["path"] == "${{ steps.python.outputs.pip_cache }}"
@@ -118,7 +118,7 @@ def test_publish_mode_needs_no_torch():
     }
     declared = {normalise(Requirement(r).name) for r in _project()["dependencies"]}
     assert wanted <= declared and not wanted & {"torch", "onnx", "onnxruntime", "onnxscript"}
-    code = "import sys, observer_ci.publish, observer_ci.artifact\n" + (
+    code = "import sys, observer_ci.action.publish, observer_ci.action.artifact\n" + (
         "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'transformers', 'pandas') "
         "if m in sys.modules))"
     )
@@ -128,8 +128,9 @@ def test_publish_mode_needs_no_torch():
 
 def test_the_readme_documents_every_input_in_one_table():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    tables = re.findall(r"^\| input \| default \| meaning \|\n\|---\|---\|---\|\n((?:\|.*\n)+)",
-                        readme, re.M)
+    tables = re.findall(
+        r"^\| input \| default \| meaning \|\n\|---\|---\|---\|\n((?:\|.*\n)+)", readme, re.M
+    )
     assert len(tables) == 1
     rows = [re.match(r"^\| `(\w+)` \| (.*?) \| (.*) \|$", line) for line in tables[0].splitlines()]
     assert all(rows)
@@ -192,7 +193,10 @@ def test_the_image_takes_cpu_torch_from_its_index_and_the_rest_from_the_constrai
 def test_action_yml_uses_the_image_the_release_workflow_publishes():
     readme = (ROOT / "README.md").read_text()
     (owner,) = set(re.findall(rf"uses: ([\w-]+)/{IMAGE_NAME}@v1\b", readme))
-    assert action()["runs"] == {"using": "docker", "image": f"docker://ghcr.io/{owner}/{IMAGE_NAME}:v1"}
+    assert action()["runs"] == {
+        "using": "docker",
+        "image": f"docker://ghcr.io/{owner}/{IMAGE_NAME}:v1",
+    }
     release = workflow("release.yml")
     assert release["on"]["push"]["tags"] == ["v*.*.*"]
     assert release["env"]["IMAGE"] == f"ghcr.io/${{{{ github.repository_owner }}}}/{IMAGE_NAME}"

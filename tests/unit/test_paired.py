@@ -7,7 +7,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from observer_ci.paired import (
+from observer_ci.core.results import ExportResult, ModelResult, ObservationResult, PairedLatency
+from observer_ci.core.results import RunResults as Results  # noqa: N814
+from observer_ci.pipeline.paired import (
     feeds_path,
     load_feeds,
     pair_results,
@@ -15,9 +17,7 @@ from observer_ci.paired import (
     save_feeds_within,
     time_pair,
 )
-from observer_ci.results import ExportResult, ModelResult, ObservationResult, PairedLatency
-from observer_ci.results import RunResults as Results  # noqa: N814
-from observer_ci.rules import Thresholds, compare
+from observer_ci.report.rules import Thresholds, compare
 
 
 def graph(path, op: str, input_name: str = "x", repeat: int = 1) -> str:

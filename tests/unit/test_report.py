@@ -8,8 +8,16 @@ import sys
 
 import pytest
 
-from observer_ci.escape import ZWJ
-from observer_ci.report import (
+from observer_ci.core.results import (
+    ExportResult,
+    InputInfo,
+    ModelResult,
+    ObservationResult,
+    ProbeResult,
+    RunResults,
+)
+from observer_ci.report.escape import ZWJ
+from observer_ci.report.markdown import (
     GITHUB_MAX_CHARS,
     MARKER,
     TRUNCATION_NOTE,
@@ -18,15 +26,7 @@ from observer_ci.report import (
     format_seconds,
     render_report,
 )
-from observer_ci.results import (
-    ExportResult,
-    InputInfo,
-    ModelResult,
-    ObservationResult,
-    ProbeResult,
-    RunResults,
-)
-from observer_ci.rules import DEFAULT_FAIL_ON, Regression, Thresholds, compare
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Regression, Thresholds, compare
 
 EVIL = "x|y<script>@octocat"
 ENV = {
@@ -305,8 +305,8 @@ def test_format_bytes(value, expected):
 def test_rendering_imports_neither_torch_nor_pandas():
     code = (
         "import sys\n"
-        "from observer_ci.report import render_report\n"
-        "from observer_ci.results import RunResults, ModelResult\n"
+        "from observer_ci.report.markdown import render_report\n"
+        "from observer_ci.core.results import RunResults, ModelResult\n"
         "render_report(RunResults(models=[ModelResult('m', 's', 'ok')]), [])\n"
         "print(sorted(m for m in ('torch', 'pandas', 'tabulate', 'numpy') if m in sys.modules))"
     )

@@ -7,8 +7,7 @@ from functools import cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observer_ci.report import LEVELS, MARKER, TRUNCATION_NOTE, _hard_cut, fit_report, report_levels
-from observer_ci.results import (
+from observer_ci.core.results import (
     ExportResult,
     InputInfo,
     ModelResult,
@@ -16,7 +15,15 @@ from observer_ci.results import (
     ProbeResult,
     RunResults,
 )
-from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare
+from observer_ci.report.markdown import (
+    LEVELS,
+    MARKER,
+    TRUNCATION_NOTE,
+    _hard_cut,
+    fit_report,
+    report_levels,
+)
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare
 
 
 def _model(i: int, status: str, error_lines: int) -> ModelResult:

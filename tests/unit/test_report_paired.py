@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from observer_ci.escape import ZWJ
-from observer_ci.report import render_report
-from observer_ci.report_chart import latency_chart
-from observer_ci.results import PairedLatency, RunResults
-from observer_ci.rules import Thresholds, compare
+from observer_ci.core.results import PairedLatency, RunResults
+from observer_ci.report.chart import latency_chart
+from observer_ci.report.escape import ZWJ
+from observer_ci.report.markdown import render_report
+from observer_ci.report.rules import Thresholds, compare
 from tests.support.builders import model, observation, run
 
 ABOVE = math.inf

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from observer_ci.report import render_report
-from observer_ci.report_format import format_seconds_range, readable_tensors
-from observer_ci.results import InputInfo
-from observer_ci.rules import Regression
+from observer_ci.core.results import InputInfo
+from observer_ci.report.markdown import render_report
+from observer_ci.report.rules import Regression
+from observer_ci.report.tables import format_seconds_range, readable_tensors
 from tests.support.builders import export, model, observation, run
 
 
@@ -89,7 +89,7 @@ def test_without_base_the_legend_explains_no_base_columns():
 
 
 def test_a_hostile_probe_shape_from_a_payload_stays_text():
-    from observer_ci.results import ProbeResult
+    from observer_ci.core.results import ProbeResult
 
     probe = ProbeResult(ran=True, ok=True, success=True, shapes={"x": ["<img src=x>@a", 3]})
     text = render_report(run(model("m", probe=probe)), [])

@@ -7,9 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observer_ci.report import render_report
-from observer_ci.report_chart import MAX_CHART_MODELS, latency_chart
-from observer_ci.results import (
+from observer_ci.core.results import (
     ExportResult,
     InputInfo,
     ModelResult,
@@ -17,7 +15,9 @@ from observer_ci.results import (
     ProbeResult,
     RunResults,
 )
-from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare
+from observer_ci.report.chart import MAX_CHART_MODELS, latency_chart
+from observer_ci.report.markdown import render_report
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare
 from tests.support.markdown import MENTION_RE, parse, render_html
 
 HOSTILE = "x|y<script>alert(1)</script> @octocat **bold** [link](http://evil.example)"
@@ -236,7 +236,7 @@ def test_no_untrusted_string_changes_the_report_structure(text):
 
 
 def two_graph_model(stand_in: str = "past_key_values_key_0") -> ModelResult:
-    from observer_ci.results import GraphResult
+    from observer_ci.core.results import GraphResult
 
     shared = ExportResult(ok=True, node_count=40, seconds=2.0, input_names=["input_ids"])
     first = ExportResult(ok=True, node_count=30, seconds=1.5, input_names=["input_ids"])
@@ -306,8 +306,9 @@ def test_one_graph_keeps_the_plain_calls_table():
     for row in model.observations:
         row.stand_ins = []
     markdown = render_report(RunResults(models=[model]), [], None)
-    assert "Graphs (one per call family)" not in markdown and "graphs" not in markdown.split(
-        "### Details"
-    )[0]
+    assert (
+        "Graphs (one per call family)" not in markdown
+        and "graphs" not in markdown.split("### Details")[0]
+    )
     header = next(ln for ln in markdown.splitlines() if ln.startswith("| call |"))
     assert header.endswith("| SUCCESS |")

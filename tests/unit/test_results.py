@@ -4,13 +4,13 @@ import math
 
 import pytest
 
-from observer_ci.errors import error_headline
-from observer_ci.results import (
+from observer_ci.core.errors import error_headline
+from observer_ci.core.results import (
     ModelResult,
     ObservationResult,
     RunResults,
 )
-from observer_ci.rules import worst_error
+from observer_ci.report.rules import worst_error
 
 EXPORT_ERROR = """TorchExportError: Failed to export the model with torch.export. This is step 1/3.
 - Modify the model code.

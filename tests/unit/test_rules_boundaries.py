@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from observer_ci.results import ProbeResult
-from observer_ci.rules import (
+from observer_ci.core.results import ProbeResult
+from observer_ci.report.rules import (
     DEFAULT_FAIL_ON,
     GROWTH_FLOOR,
     RULES,
@@ -330,7 +330,7 @@ def test_missing_model_message():
 
 
 def shaped(observed_dims, shapes, export_dims=None, **fields):
-    from observer_ci.results import InputInfo
+    from observer_ci.core.results import InputInfo
 
     inputs = [
         InputInfo(name, "float32", shapes[name], dims) for name, dims in observed_dims.items()
@@ -402,7 +402,7 @@ def test_parsing_errors_list_every_valid_choice():
 
 
 def test_compare_files_reads_the_base_too(tmp_path):
-    from observer_ci.rules import compare_files
+    from observer_ci.report.rules import compare_files
 
     head = run(failed("export_failed")).write(tmp_path / "head.json")
     base = run(failed("export_failed"), label="base").write(tmp_path / "base.json")

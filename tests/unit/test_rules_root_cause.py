@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from observer_ci.results import (
+from observer_ci.core.results import (
     ExportResult,
     ModelResult,
     ObservationResult,
     ProbeResult,
     RunResults,
 )
-from observer_ci.rules import DEFAULT_FAIL_ON, Thresholds, compare
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare
 
 MS = 1e-3
 

@@ -1,7 +1,7 @@
 """Which sticky comment is ours, which copy is kept and whose report it holds: the pure
-rules of observer_ci.github (no network).
+rules of observer_ci.github.sticky (no network).
 
-The rule (module docstring of observer_ci.github): a comment is a copy when its FIRST line
+The rule (module docstring of observer_ci.github.sticky): a comment is a copy when its FIRST line
 is our marker for the key and our identity wrote it; the oldest copy (lowest id) is kept;
 it holds the newest report, by ``(run, attempt)`` then id, and ours unless a newer run's is
 there. Each key is tested where it alone decides: the cases tie on every other key.
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from observer_ci.constants import MARKER
-from observer_ci.github import (
+from observer_ci.core.constants import MARKER
+from observer_ci.github.sticky import (
     StickyMarker,
     comment_login,
     is_ours,

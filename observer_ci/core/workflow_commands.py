@@ -1,0 +1,157 @@
+"""Workflow commands and files: annotations, the job summary, step outputs.
+
+Every text written as a workflow command goes through :func:`workflow_escape`, so a
+newline in untrusted text cannot start a command of its own, and :func:`strip_unsafe`,
+so control and bidi characters (ESC, NUL, U+202E...) cannot disguise it. Output of the
+repository's code (install, scripts) is forwarded to the job log only inside
+:func:`commands_stopped`: ``::stop-commands::<random token>`` ... ``::<token>::``, so the
+runner ignores any ``::command::`` line it prints.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from observer_ci.core.constants import STEP_SUMMARY_MAX_BYTES
+from observer_ci.report.rules import Regression
+
+MAX_ANNOTATIONS = 10  # per level; GitHub shows at most 10 of each per step anyway
+
+
+# C0 controls but tab/newline/CR, DEL, C1 controls, and the bidi and invisible format
+# characters that can make text read differently than it is (Trojan Source).
+_UNSAFE_CHARS = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+
+
+def strip_unsafe(text: str) -> str:
+    """``text`` without control, bidi and zero-width format characters."""
+    return _UNSAFE_CHARS.sub("", text)
+
+
+def command(level: str, message: str, *, title: str = "observer-ci") -> None:
+    """Prints one ``::error``/``::warning``/``::notice`` workflow command."""
+    title = workflow_escape(strip_unsafe(title), prop=True)
+    line = f"::{level} title={title}::{workflow_escape(strip_unsafe(message))}"
+    with _guard_lock:
+        if _guard_depth:  # the runner would ignore it now: emit it when the guard closes
+            _held_commands.append(line)
+        else:
+            _write_line(line)
+
+
+# -- untrusted output: one stop-commands guard for every concurrent forwarder ---------
+
+_guard_lock = threading.RLock()
+_guard_depth = 0
+_guard_token = ""
+_at_line_start = True
+_held_commands: list[str] = []
+
+
+@contextmanager
+def commands_stopped() -> Iterator[None]:
+    """While inside, the runner ignores workflow commands on our output (re-entrant and
+    shared by threads: nested or concurrent users keep one guard open)."""
+    global _guard_depth, _guard_token
+    with _guard_lock:
+        if _guard_depth == 0:
+            _guard_token = secrets.token_hex(16)
+            _write_line(f"::stop-commands::{_guard_token}")
+        _guard_depth += 1
+    try:
+        yield
+    finally:
+        with _guard_lock:
+            _guard_depth -= 1
+            if _guard_depth == 0:
+                _write_line(f"::{_guard_token}::")
+                for line in _held_commands:
+                    _write_line(line)
+                _held_commands.clear()
+
+
+def forward_untrusted(data: bytes) -> None:
+    """Copies repository output to the job log; call only inside :func:`commands_stopped`."""
+    global _at_line_start
+    if not data:
+        return
+    with _guard_lock:
+        if _guard_depth == 0:
+            raise RuntimeError("forward_untrusted outside commands_stopped()")
+        sys.stdout.flush()
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is not None:
+            buffer.write(data)
+            buffer.flush()
+        else:
+            sys.stdout.write(data.decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+        _at_line_start = data.endswith(b"\n")
+
+
+def _write_line(line: str) -> None:
+    """One line of ours on stdout, starting on a line of its own (a runner only reads
+    commands at the start of a line)."""
+    global _at_line_start
+    with _guard_lock:
+        prefix = "" if _at_line_start else "\n"
+        print(prefix + line, flush=True)
+        _at_line_start = True
+
+
+def write_summary(path: str, report: str) -> None:
+    """Appends the report to the job summary file (cut to GitHub's 1 MiB limit)."""
+    if not path:
+        return
+    text = report
+    if len(text.encode("utf-8")) > STEP_SUMMARY_MAX_BYTES:
+        text = render_cut(report, STEP_SUMMARY_MAX_BYTES)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text + "\n")
+
+
+def render_cut(report: str, limit_bytes: int) -> str:
+    note = "\n\n…report cut to fit the job summary; the full report is in report.md.\n"
+    budget = limit_bytes - len(note.encode("utf-8"))
+    return report.encode("utf-8")[:budget].decode("utf-8", errors="ignore") + note
+
+
+def annotate(regressions: list[Regression]) -> None:
+    """Workflow annotations: errors for rules that fail the build, warnings for the rest."""
+    shown = {"error": 0, "warning": 0}
+    for r in regressions:
+        level = "error" if r.fails_build else "warning"
+        shown[level] += 1
+        if shown[level] > MAX_ANNOTATIONS:
+            continue
+        command(level, r.message, title=f"observer-ci: {r.model}: {r.rule}")
+    for level, count in shown.items():
+        if count > MAX_ANNOTATIONS:
+            command(level, f"{count - MAX_ANNOTATIONS} more {level}s: see the report")
+
+
+def workflow_escape(text: str, *, prop: bool = False) -> str:
+    """Escapes a workflow command's message (``prop=False``) or property value."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def write_outputs(path: str, outputs: Mapping[str, str]) -> None:
+    """Appends step outputs to ``GITHUB_OUTPUT`` with random heredoc delimiters."""
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        for key, value in outputs.items():
+            delimiter = f"ghadelim_{uuid.uuid4().hex}"
+            f.write(f"{key}<<{delimiter}\n{value}\n{delimiter}\n")

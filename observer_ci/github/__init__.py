@@ -1,0 +1,1 @@
+"""Torch-free: the GitHub REST client and the sticky pull-request comment."""

@@ -1,0 +1,208 @@
+"""One observed model, in named steps: infer, plan families, serve each, verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from observer_ci.core.dim_names import name_dims
+from observer_ci.core.errors import error_tail
+from observer_ci.core.logs import progress as progress_line
+from observer_ci.core.results import (
+    STATUS_DISCREPANCY,
+    STATUS_EXPORT_FAILED,
+    STATUS_OBSERVE_FAILED,
+    STATUS_OK,
+    STATUS_ORT_FAILED,
+    STATUS_PROBE_FAILED,
+    ModelResult,
+    ObservationResult,
+    max_or_none,
+)
+from observer_ci.observing import registry
+from observer_ci.observing.families import (
+    ROLE_DECODER,
+    ROLE_DECODER_WITH_PAST,
+    ROLE_SINGLE,
+    Family,
+    name_families,
+    plan_families,
+    split_family,
+)
+from observer_ci.observing.pytrees import register_if_imported
+from observer_ci.pipeline.causes import (
+    add_sample_difference,
+    explain_exception,
+)
+from observer_ci.pipeline.config import Progress, RunConfig
+from observer_ci.pipeline.family_server import FamilyServer, stand_in_failures
+from observer_ci.pipeline.graph_warnings import graph_warnings
+from observer_ci.pipeline.phases import Phases
+
+_TRAINING_SENSITIVE = (
+    torch.nn.modules.dropout._DropoutNd,
+    torch.nn.modules.batchnorm._BatchNorm,
+)
+
+
+def _has_training_behaviour(model: object) -> bool:
+    """True when a submodule in training mode behaves differently than in eval mode."""
+    if not isinstance(model, torch.nn.Module):
+        return False
+    return any(isinstance(m, _TRAINING_SENSITIVE) and m.training for m in model.modules())
+
+
+def model_notes(entry: registry.ObservedModel) -> list[str]:
+    """Hints a reader needs to interpret the numbers."""
+    notes = []
+    if _has_training_behaviour(entry.model):
+        notes.append(
+            "the model was in training mode: dropout and batch norm differ between runs; "
+            "call model.eval() in the observation script"
+        )
+    # The exported signature takes every argument some call passed a tensor for (the
+    # calls that did not are fed empty tensors): only the rest is really not exported.
+    exported = {name for obs in entry.observer.observations for name in obs.named}
+    ignored: dict[str, str] = {}
+    for obs in entry.observer.observations:
+        for name, why in obs.ignored.items():
+            if name not in exported:
+                ignored.setdefault(name, why)
+    if ignored:
+        shown = ", ".join(f"{n} ({why})" for n, why in list(ignored.items())[:8])
+        notes.append(f"arguments not exported as inputs (the export uses their defaults): {shown}")
+    return notes
+
+
+def process_model(
+    entry: registry.ObservedModel,
+    out_dir: Path,
+    *,
+    config: RunConfig,
+    progress: Progress = progress_line,
+) -> ModelResult:
+    """Infer, export, replay in onnxruntime, probe unseen shapes: one ModelResult."""
+    obs = entry.observer
+    result = ModelResult(
+        name=entry.name,
+        script=entry.script,
+        status=STATUS_OK,
+        method_name=entry.method_name,
+        n_observations=obs.num_obs(),
+        notes=model_notes(entry),
+    )
+    phase = Phases(result)
+    register_if_imported()  # ModelOutput classes first used during the script get key paths
+    with phase("infer"):
+        try:
+            result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
+            names = name_dims(obs, entry.set_batch_dimension_for)
+            for info, named in zip(result.inputs, names):
+                info.dim_names = [named[d] for d in info.dynamic_dims]
+            result.dynamic_shapes = repr(
+                obs.infer_dynamic_shapes(entry.set_batch_dimension_for, named=True)
+            )
+        except Exception as e:
+            result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
+            result.cause = explain_exception(e, observer=obs)
+            progress(f"{entry.name}: cannot infer export inputs: {result.error}")
+            return result
+    try:
+        families = plan_families(obs, entry.set_batch_dimension_for)
+    except Exception as e:
+        result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
+        result.cause = explain_exception(e, observer=obs)
+        return result
+    progress(f"{entry.name}: exporting {len(families)} graph(s) ({obs.num_obs()} calls observed)")
+    server = FamilyServer(entry, out_dir, config, phase, progress, single=len(families) == 1)
+    rows: dict[int, ObservationResult] = {}
+    served_families: list[Family] = []
+    queue = list(families)
+    while queue:
+        family = queue.pop(0)
+        if not family.name:
+            family.name = f"{ROLE_SINGLE}_{len(served_families) + len(queue) + 1}"
+        graph, served = server.serve(family)
+        moved = stand_in_failures(graph, served)
+        if moved:
+            family, *extra = split_family(family, obs, moved, entry.set_batch_dimension_for)
+            graph.observation_indices = family.indices
+            for i in moved:
+                served.pop(i)
+            server.single = False
+            queue.extend(extra)
+        result.graphs.append(graph)
+        served_families.append(family)
+        rows.update(served)
+    if len(result.graphs) > 1:
+        server.rename(result.graphs, name_families(served_families), rows)
+    result.observations = [rows[i] for i in sorted(rows)]
+    for graph in result.graphs:
+        served = [rows[i] for i in graph.observation_indices if i in rows]
+        if served:
+            graph.abs = max_or_none(r.abs for r in served)
+            graph.rel = max_or_none(r.rel for r in served)
+            graph.success = all(r.success for r in served)
+    main = result.graphs[0]
+    result.export, result.probe = main.export, main.probe
+    for graph in result.graphs:
+        if graph.export is not None:
+            result.notes.extend(n for n in graph.export.notes if n not in result.notes)
+    result.notes.extend(server.notes)
+    failed = [g for g in result.graphs if g.export is None or not g.export.ok]
+    if failed:
+        g = failed[0]
+        error = (g.export.error if g.export else None) or "export failed"
+        result.status = STATUS_EXPORT_FAILED
+        result.error = error if len(result.graphs) == 1 else f"graph {g.name}: {error}"
+        result.cause = g.export.cause if g.export else None
+        result.warnings = graph_warnings(result)
+        progress(f"{entry.name}: export failed: {result.error[-300:]}")
+        return result
+    merged = server.merge(result.graphs) if config.merge_decoders else None
+    if merged is not None:
+        result.graphs.append(merged)
+        if not merged.success:
+            why = (
+                merged.reason
+                if merged.export is None
+                else (f"did not match torch on every call (max abs {merged.abs:.3g})")
+            )
+            result.notes.append(
+                f"{merged.name}: {why}; use {ROLE_DECODER} and {ROLE_DECODER_WITH_PAST}"
+            )
+    result.status = _status(result.observations)
+    if result.status != STATUS_OK:
+        result.error = next((o.error for o in result.observations if o.error), None)
+        result.cause = next((o.cause for o in result.observations if o.cause), None)
+        samples = {
+            i: g.export.sample_index
+            for g in result.graphs
+            if g.export is not None
+            for i in g.observation_indices
+        }
+        for o in result.observations:
+            sample = samples.get(o.index)
+            if o.cause is not None and sample is not None:
+                add_sample_difference(o.cause, result.inputs, o.index, sample)
+    else:
+        probe = next(
+            (g.probe for g in result.graphs if g.probe and g.probe.ran and not g.probe.success),
+            None,
+        )
+        if probe is not None:
+            result.status, result.error = STATUS_PROBE_FAILED, probe.error
+            result.cause = probe.cause
+    result.warnings = graph_warnings(result)
+    total = sum(v for k, v in result.phase_seconds.items() if k != "script")
+    progress(f"{entry.name}: {result.status} ({total:.1f}s)")
+    return result
+
+
+def _status(observations: list[ObservationResult]) -> str:
+    if any(o.ort_latency_s is None for o in observations):
+        return STATUS_ORT_FAILED
+    if not all(o.success for o in observations):
+        return STATUS_DISCREPANCY
+    return STATUS_OK

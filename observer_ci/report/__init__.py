@@ -1,0 +1,1 @@
+"""Torch-free: regression rules, Markdown report, chart, escaping of untrusted text."""

@@ -1,0 +1,885 @@
+"""Render a run (and its regressions against a baseline) as the Markdown PR comment.
+
+What a reviewer sees first: the verdict with the commits compared and the run
+link, then one summary table (a row per model), the regressions if there are
+any, a latency chart, and a collapsed legend stating the thresholds. Every
+per-model detail sits in a collapsed ``<details>``, failing models first.
+
+Every piece of text that comes from a model, a script or an exception goes
+through :mod:`observer_ci.report.escape` before it reaches the page. The comment must
+fit GitHub's 65,536-character limit, so when the full report is too long it is
+re-rendered with less detail, level by level (see ``LEVELS``), and as a last
+resort hard-cut; the sticky-comment marker always stays on the first line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from observer_ci.core.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
+from observer_ci.core.constants import MARKER
+from observer_ci.core.results import (
+    STATUS_DISCREPANCY,
+    STATUS_OK,
+    STATUSES,
+    Cause,
+    ExportResult,
+    GraphResult,
+    InputInfo,
+    ModelResult,
+    ObservationResult,
+    PairedLatency,
+    ProbeResult,
+    RunResults,
+    quantile,
+)
+from observer_ci.report.chart import SOURCE_PAIRED, chart_points, latency_chart
+from observer_ci.report.escape import code_block, escape_cell, escape_html, truncate
+from observer_ci.report.rules import RULES_BY_NAME, Regression, Thresholds, worst_error
+from observer_ci.report.tables import (
+    NONE,
+    Markup,
+    format_bytes,
+    format_float,
+    format_ratio,
+    format_ratio_range,
+    format_seconds,
+    format_seconds_range,
+    format_shape,
+    markdown_table,
+    plural,
+    ratio,
+    readable_tensors,
+)
+
+__all__ = [
+    "GITHUB_MAX_CHARS",
+    "LEVELS",
+    "MARKER",
+    "TRUNCATION_NOTE",
+    "fit_report",
+    "report_levels",
+    "format_bytes",
+    "format_float",
+    "format_seconds",
+    "render_report",
+    "write_report_files",
+]
+
+TRUNCATION_NOTE = (
+    "Report truncated to fit GitHub's 65,536-character limit; "
+    "full report in the job summary/artifact."
+)
+
+# Detail levels, from everything to the bare minimum; each drops more than the one before.
+LEVEL_FULL = 0
+LEVEL_NO_IO = 1  # (1) drop the per-call input/output summaries
+LEVEL_SHORT_ERRORS = 2  # (2) error tails and dynamic_shapes cut short
+LEVEL_NO_CALLS = 3  # (3) drop per-call tables (the summary table keeps worst and median)
+LEVEL_NO_INPUTS = 4  # (4) drop inputs tables and the chart
+LEVEL_MINIMAL = 5  # (5) verdict, summary table, regressions: no details, no legend
+LEVELS = (
+    LEVEL_FULL,
+    LEVEL_NO_IO,
+    LEVEL_SHORT_ERRORS,
+    LEVEL_NO_CALLS,
+    LEVEL_NO_INPUTS,
+    LEVEL_MINIMAL,
+)
+
+_ERROR_CHARS = {LEVEL_FULL: 3000, LEVEL_NO_IO: 3000}
+_SHORT_ERROR_CHARS = 400
+_SHAPES_CHARS = {LEVEL_FULL: 2000, LEVEL_NO_IO: 2000}
+_MAX_OBS_ROWS = 50
+_MAX_LISTED_INPUTS = 4  # stand-in names shown per call
+_MAX_LISTED_CALLS = 20  # call numbers shown per graph
+_MAX_SHAPES = 8
+_MAX_DIMS_SHOWN = 4
+_MAX_MESSAGE = 300
+_URL_RE = re.compile(r"^https?://[^\s<>()\"'`\[\]]+$")
+_SHA_RE = re.compile(r"^[0-9a-fA-F]{7,40}$")
+_AUTO_DIM_RE = re.compile(r"^s\d+$")
+_DIM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # not an expression like "a + b"
+_NOT_PASSED = "not passed"
+_ENV_FIELDS = (
+    ("torch", "torch"),
+    ("onnx", "onnx"),
+    ("onnxruntime", "ORT"),
+    ("onnxscript", "onnxscript"),
+    ("python", "Python"),
+)
+
+
+# -- small rendering helpers ----------------------------------------------------------
+
+
+def _inline(text: Any, max_chars: int | None = None) -> str:
+    """Escaped single-line text for headings, list items and paragraphs."""
+    return escape_cell(text, max_chars, newline=" ")
+
+
+def _status_emoji(status: str) -> str:
+    if status == STATUS_OK:
+        return "✅"
+    if status == STATUS_DISCREPANCY:
+        return "⚠️"
+    return "❌"
+
+
+def _value(rule: str, value: float | str | None) -> str:
+    if isinstance(value, str) or value is None:
+        return NONE if value is None else value
+    definition = RULES_BY_NAME.get(rule)
+    if definition is not None and definition.unit == "seconds":
+        return format_seconds(value)
+    return format_float(value)
+
+
+def _regression_icon(reg: Regression) -> str:
+    return "❌" if reg.fails_build else "⚠️"
+
+
+def _short_sha(sha: str) -> str | None:
+    """A commit as `` `abc1234` ``; anything that is not a hex SHA is dropped (untrusted)."""
+    return f"`{sha[:7]}`" if sha and _SHA_RE.match(sha) else None
+
+
+def _change(new: float | None, old: float | None) -> str:
+    """`` (×1.2)`` against base, or "" without a comparable base value."""
+    value = ratio(new, old)
+    return "" if value is None else f" ({format_ratio(value)})"
+
+
+def _spread(runs: tuple[float, float] | None) -> str:
+    """`` (0.94–1.22 ms)``: the 10th and 90th percentiles of the timed runs, or ""."""
+    return "" if runs is None else f" ({format_seconds_range(*runs)})"
+
+
+def _paired(model: ModelResult | None) -> PairedLatency | None:
+    """The model's paired (interleaved) base/head timing, when it has a ratio."""
+    paired = model.paired_latency if model is not None else None
+    return paired if paired is not None and paired.ratio is not None else None
+
+
+# -- the report -------------------------------------------------------------------------
+
+
+class _Renderer:
+    """Renders one report at a given detail level, caching the parts shared by levels."""
+
+    def __init__(
+        self,
+        head: RunResults,
+        regressions: list[Regression],
+        base: RunResults | None,
+        title: str,
+        run_url: str | None,
+        thresholds: Thresholds,
+    ) -> None:
+        self.head = head
+        self.base = base
+        self.title = title
+        self.thresholds = thresholds
+        self.run_url = run_url if run_url and _URL_RE.match(run_url) else None
+        self.regressions = sorted(regressions, key=lambda r: not r.fails_build)
+        self.by_model: dict[str, list[Regression]] = {}
+        for reg in self.regressions:
+            self.by_model.setdefault(reg.model, []).append(reg)
+        self.base_models = base.by_name() if base is not None else {}
+        # the "ORT vs base" column: with a base, or a paired timing (results merged later)
+        self.versus_base = base is not None or any(_paired(m) for m in head.models)
+        self._cache: dict[tuple, str] = {}
+
+    def cached(self, key: tuple, make: Callable[[], str]) -> str:
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    # -- document ----------------------------------------------------------------------
+
+    def render(self, level: int) -> str:
+        blocks = [MARKER + "\n" + self.verdict(), self.warnings()]
+        blocks.append(self.cached(("summary",), self.summary_table))
+        blocks.append(self.cached(("regressions", level), lambda: self.regressions_table(level)))
+        if level < LEVEL_NO_INPUTS:
+            blocks.append(self.cached(("chart",), self.chart))
+        if level < LEVEL_MINIMAL:
+            blocks.append(self.cached(("legend",), self.legend))
+            blocks.append(self.details_section(level))
+        return "\n\n".join(b for b in blocks if b) + "\n"
+
+    def verdict(self) -> str:
+        failing = sum(r.fails_build for r in self.regressions)
+        warnings = len(self.regressions) - failing
+        icon = "❌" if failing else "✅"
+        title = _inline(self.title, 100)
+        if failing:
+            verb = "fails" if failing == 1 else "fail"
+            verdict = f"{plural(failing, 'regression')} {verb} the build"
+        else:
+            verdict = "no regression fails the build"
+        counts = [f"**{plural(len(self.head.models), 'model')}**", *self.status_counts()]
+        if warnings:
+            counts.append(f"⚠️ {plural(warnings, 'warning')}")
+        return f"## {icon} {title}: {verdict}\n\n" + " · ".join(counts) + "  \n" + self.compared()
+
+    def status_counts(self) -> list[str]:
+        counts: dict[str, int] = {}
+        for model in self.head.models:
+            counts[model.status] = counts.get(model.status, 0) + 1
+        order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
+        return [f"{_status_emoji(s)} {counts[s]} {_inline(s, 40)}" for s in order]
+
+    def compared(self) -> str:
+        head_sha = _short_sha(self.head.commit)
+        if self.base is None:
+            text = f"Head {head_sha}, no baseline" if head_sha else "No baseline"
+            text += ": absolute thresholds only."
+        else:
+            base_sha = _short_sha(self.base.commit)
+            label = _inline(self.base.label, 80) if self.base.label not in ("", "base") else ""
+            text = f"Head {head_sha} vs" if head_sha else "Compared with"
+            if base_sha:
+                text += f" base {base_sha}" + (f" ({label})." if label else ".")
+            else:
+                text += f" base **{label}**." if label else " the base run."
+        if self.run_url:
+            text += f" [Workflow run]({self.run_url})"
+        return text
+
+    def warnings(self) -> str:
+        lines = [f"⚠️ {_inline(n, 400)}" for n in self.head.environment.get("notes", []) or []]
+        if self.base is not None:
+            diff = _environment_diff(self.base.environment, self.head.environment)
+            if diff:
+                lines.append(f"⚠️ Base environment differs (latencies less comparable): {diff}")
+        return "  \n".join(lines)
+
+    # -- summary --------------------------------------------------------------------------
+
+    def summary_table(self) -> str:
+        if not self.head.models:
+            return "No models were observed."
+        header = ["", "model", "export", "worst abs", "worst rel", "ORT"]
+        if self.versus_base:
+            header.append("ORT vs base")
+        header += ["torch", "probe", "dynamic dims"]
+        rows = [self.summary_row(m) for m in self.ordered_models()]
+        return markdown_table(header, rows, max_cell=120)
+
+    def summary_row(self, model: ModelResult) -> list[object]:
+        old = self.base_models.get(model.name)
+        status = _status_emoji(model.status)
+        if model.status != STATUS_OK:
+            status += " " + _inline(model.status, 40)
+        row: list[object] = [
+            Markup(status),
+            model.name,
+            Markup(_export_cell(model.export, old.export if old else None) + _graphs_suffix(model)),
+            Markup(_error_cell(model, old, "abs")),
+            Markup(_error_cell(model, old, "rel")),
+            Markup(_latency_cell(model, None, "ort")),
+        ]
+        if self.versus_base:
+            row.append(Markup(_ort_versus_base_cell(model, old)))
+        row += [
+            Markup(_latency_cell(model, old, "torch")),
+            Markup(_probe_cell(model.probe)),
+            Markup(_dims_cell(model.export)),
+        ]
+        return row
+
+    def regressions_table(self, level: int) -> str:
+        if not self.regressions:
+            return ""
+        limit = {LEVEL_NO_CALLS: 160, LEVEL_NO_INPUTS: 160, LEVEL_MINIMAL: 100}.get(
+            level, _MAX_MESSAGE
+        )
+        # base/head values only when some row has one (warnings such as stand-ins have none)
+        values = any(r.base_value is not None or r.head_value is not None for r in self.regressions)
+        rows = []
+        for r in self.regressions:
+            row: list[object] = [Markup(_regression_icon(r)), r.model, r.rule]
+            if values:
+                row += [_value(r.rule, r.base_value), _value(r.rule, r.head_value)]
+            rows.append([*row, r.message])
+        header = ["", "model", "rule", *(["base", "head"] if values else []), "message"]
+        # only warnings: they do not fail the build, and most are not about the base
+        heading = (
+            "### Regressions" if any(r.fails_build for r in self.regressions) else "### Warnings"
+        )
+        if self.base is not None and heading == "### Regressions":
+            heading += " vs base"
+        return f"{heading}\n\n" + markdown_table(header, rows, max_cell=limit)
+
+    def chart(self) -> str:
+        chart = latency_chart(self.head, self.base)
+        if not chart:
+            return ""
+        sources = [p.source for p in chart_points(self.head, self.base) if p.source]
+        paired = sources.count(SOURCE_PAIRED)
+        if not sources:
+            what = "lower is faster"
+        elif paired == len(sources):
+            what = "bars head, line base from the paired timing: head's value ÷ head/base"
+        elif not paired:
+            what = "bars head, line base from base's separate run"
+        else:
+            what = (
+                f"bars head, line base from the paired timing for {paired} of "
+                f"{plural(len(sources), 'model')}, from base's separate run for the others"
+            )
+        return f"_ORT latency as a percentage of torch latency per model ({what})._\n\n{chart}"
+
+    def legend(self) -> str:
+        th = self.thresholds
+        env = _environment_line(self.head.environment)
+        against = self.base is not None
+        lines = [
+            "<details><summary>How to read this report: columns, thresholds, environment</summary>",
+            "",
+            "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node count"
+            + ("; `(×1.2)` is the change against base." if against else "."),
+            "- **worst abs / worst rel**: largest difference between torch and onnxruntime "
+            "outputs over every replayed call; rel is `|torch - ort| / (|torch| + 1e-3)`.",
+            "- **ORT / torch**: median latency of a call over the timed runs; in brackets the "
+            "10th and 90th percentiles of those runs (the noise of this machine)"
+            + ("; `· ×1.2 vs base` compares with base's separate run." if against else "."),
+        ]
+        if self.versus_base:
+            lines.append(
+                "- **ORT vs base**: head/base ORT latency. `paired`: both graphs timed "
+                "alternately in one process on head's inputs (the median of the pair ratios; "
+                "in brackets their 10th and 90th percentiles), so both see the same machine "
+                "load. `separate runs`: the ratio of the two runs' medians, timed apart "
+                "(less reliable)."
+            )
+        lines += [
+            "- **probe**: one run at sizes never observed, proof the dynamic dims work.",
+            "- **dynamic dims**: symbolic dimensions of the exported graph; names like "
+            "`s77` are made up by `torch.export`, and one name is one size in every input.",
+            "- **hist** (per call): output elements whose absolute difference exceeds "
+            "each bound. **SUCCESS**: the call is within the tolerances below.",
+            f"- **Tolerances**: abs ≤ {format_float(th.abs_max)} and rel ≤ "
+            f"{format_float(th.rel_max)} (the `discrepancy` rule and SUCCESS).",
+            f"- **Against base**: errors may grow ×{format_float(th.abs_growth)} (abs) and "
+            f"×{format_float(th.rel_growth)} (rel); latency may grow "
+            f"×{format_float(th.latency_ratio_max)} (the paired ratio when there is one) and "
+            "is flagged only beyond the noise (paired: head slower in 90% of the pairs; "
+            "separate runs: head's 10th percentile over base's 90th); node count may grow "
+            f"×{format_float(th.node_growth_max)}.",
+            f"- **Environment**: {env}",
+            "",
+            "</details>",
+        ]
+        return "\n".join(lines)
+
+    # -- per model ----------------------------------------------------------------------
+
+    def ordered_models(self) -> list[ModelResult]:
+        def key(item: tuple[int, ModelResult]) -> tuple[int, int]:
+            index, model = item
+            regs = self.by_model.get(model.name, [])
+            if any(r.fails_build for r in regs):
+                return (0, index)
+            return (1 if model.status != STATUS_OK or regs else 2, index)
+
+        return [m for _, m in sorted(enumerate(self.head.models), key=key)]
+
+    def details_section(self, level: int) -> str:
+        models = self.ordered_models()
+        if not models:
+            return ""
+        parts = ["### Details"] + [self.model_details(i, m, level) for i, m in enumerate(models)]
+        return "\n\n".join(parts)
+
+    def model_details(self, index: int, model: ModelResult, level: int) -> str:
+        parts = [model.name, model.status] + ([model.script] if model.script else [])
+        summary = " · ".join(escape_html(truncate(" ".join(p.split()), 200)) for p in parts)
+        blocks = [f"<details><summary>{_status_emoji(model.status)} {summary}</summary>"]
+        if model.cause is not None:
+            blocks.append(_cause_lines(model.cause))
+        if model.notes:
+            blocks.append("\n".join(f"- ⚠️ {_inline(n, 400)}" for n in model.notes))
+        facts = [
+            _export_line(model.export),
+            _probe_line(model.probe),
+            _paired_line(model.paired_latency),
+            _phases_line(model),
+        ]
+        blocks.append("  \n".join(f for f in facts if f))
+        if len(model.graphs) > 1:
+            blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
+        if level < LEVEL_NO_INPUTS and model.inputs:
+            blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
+        if level < LEVEL_NO_CALLS and model.observations:
+            blocks.append(self.cached(("calls", index), lambda: _calls_table(model)))
+            if level < LEVEL_NO_IO:
+                blocks.append(self.cached(("io", index), lambda: _io_list(model.observations)))
+        if model.dynamic_shapes:
+            chars = _SHAPES_CHARS.get(level, _SHORT_ERROR_CHARS)
+            blocks.append(
+                code_block(
+                    model.dynamic_shapes,
+                    "dynamic_shapes passed to the exporter",
+                    max_chars=chars,
+                    keep="head",
+                )
+            )
+        blocks.extend(_error_tails(model, _ERROR_CHARS.get(level, _SHORT_ERROR_CHARS)))
+        blocks.append("</details>")
+        return "\n\n".join(b for b in blocks if b)
+
+
+# -- summary cells ----------------------------------------------------------------------
+
+
+def _export_cell(export: ExportResult | None, old: ExportResult | None) -> str:
+    if export is None:
+        return NONE
+    if not export.ok:
+        return "❌ failed"
+    old_ok = old is not None and old.ok
+    text = format_seconds(export.seconds)
+    if old_ok:
+        text += _change(export.seconds, old.seconds)
+    if export.node_count is not None:
+        text += f" · {plural(export.node_count, 'node')}"
+        if old_ok and old.node_count is not None:
+            text += f" ({export.node_count - old.node_count:+d})"
+    return text
+
+
+def _error_cell(model: ModelResult, old: ModelResult | None, metric: str) -> str:
+    value = worst_error(model, metric)
+    text = format_float(value)
+    if old is not None and value is not None:
+        text += _change(value, worst_error(old, metric))
+    return text
+
+
+def _latency_cell(model: ModelResult, old: ModelResult | None, runtime: str) -> str:
+    """``1 ms (0.94–1.22 ms)``, and `` · ×1.2 vs base`` (separate runs) when ``old``."""
+    median = getattr(model, f"median_{runtime}_latency_s")
+    text = format_seconds(median) + (_spread(model.latency_range(runtime)) if median else "")
+    if old is not None and median is not None:
+        change = ratio(median, getattr(old, f"median_{runtime}_latency_s"))
+        if change is not None:
+            text += f" · {format_ratio(change)} vs base"
+    return text
+
+
+def _ort_versus_base_cell(model: ModelResult, old: ModelResult | None) -> str:
+    """Head/base ORT latency: ``×1.05 paired (×0.98–1.12)`` from the interleaved timing,
+    else ``×1.2 separate runs`` from the medians of the two runs, else ``–``."""
+    paired = _paired(model)
+    if paired is not None:
+        text = f"{format_ratio(paired.ratio)} paired"
+        if paired.ratio_low is not None and paired.ratio_high is not None:
+            text += f" ({format_ratio_range(paired.ratio_low, paired.ratio_high)})"
+        return text
+    if old is None:
+        return NONE
+    change = ratio(model.median_ort_latency_s, old.median_ort_latency_s)
+    return NONE if change is None else f"{format_ratio(change)} separate runs"
+
+
+def _probe_cell(probe: ProbeResult | None) -> str:
+    if probe is None:
+        return NONE
+    if not probe.ran:
+        return "not run"
+    if probe.success:
+        return "✅"
+    return "❌ tolerance" if probe.ok else "❌ failed"
+
+
+def _dims_cell(export: ExportResult | None) -> str:
+    """The distinct symbolic dims of the exported inputs: ``batch, seq`` or ``s77``."""
+    if export is None or not export.ok:
+        return NONE
+    found = [d for dims in export.input_dims.values() for d in dims if isinstance(d, str)]
+    if not found:
+        return "none"
+    # an expression of other dims ("past_sequence_length + sequence_length") is no new dim
+    names = list(dict.fromkeys(d for d in found if _DIM_NAME_RE.match(d))) or list(
+        dict.fromkeys(found)
+    )
+    named = [n for n in names if not _AUTO_DIM_RE.match(n)] or names
+    shown = ", ".join(_inline(n, 30) for n in named[:_MAX_DIMS_SHOWN])
+    hidden = len(names) - min(len(named), _MAX_DIMS_SHOWN)
+    return shown + (f" (+{hidden})" if hidden else "")
+
+
+# -- per-model details --------------------------------------------------------------------
+
+
+def _environment_line(env: dict[str, Any]) -> str:
+    items = [f"{label} {_inline(env[key], 40)}" for key, label in _ENV_FIELDS if env.get(key)]
+    if env.get("processor"):
+        items.append(f"CPU {_inline(env['processor'], 80)}")
+    if env.get("cpu_count"):
+        items.append(f"{_inline(env['cpu_count'], 10)} cores")
+    if env.get("torch_threads"):
+        items.append(f"{_inline(env['torch_threads'], 10)} torch threads")
+    for part in env.get("parts", []) or []:
+        if isinstance(part, dict):
+            label = _inline(part.get("label", ""), 60)
+            items.append(f"{label}: {_environment_line(part.get('environment') or {})}")
+    return " · ".join(items) if items else NONE
+
+
+def _environment_diff(base: dict[str, Any], head: dict[str, Any]) -> str:
+    keys = [key for key, _ in _ENV_FIELDS] + ["processor", "cpu_count", "torch_threads"]
+    diffs = [
+        f"{key} {_inline(base.get(key), 40)} → {_inline(head.get(key), 40)}"
+        for key in keys
+        if key in base and key in head and base.get(key) != head.get(key)
+    ]
+    return " · ".join(diffs)
+
+
+def _shapes_seen(info: InputInfo) -> str:
+    distinct = list(
+        dict.fromkeys(_NOT_PASSED if s is None else format_shape(s) for s in info.shapes)
+    )
+    text = ", ".join(distinct[:_MAX_SHAPES])
+    if len(distinct) > _MAX_SHAPES:
+        text += f", … (+{len(distinct) - _MAX_SHAPES})"
+    return text or NONE
+
+
+def _dynamic_dims_cell(info: InputInfo) -> str:
+    """``0 (batch_size), 1 (sequence_length)``; plain indices without names."""
+    names = info.dim_names if len(info.dim_names) == len(info.dynamic_dims) else []
+    if not names:
+        return ", ".join(str(d) for d in info.dynamic_dims) or NONE
+    return ", ".join(f"{d} ({n})" for d, n in zip(info.dynamic_dims, names))
+
+
+def _cause_lines(cause: Cause) -> str:
+    """Cause, the user's line and the next step: what a reader should read first."""
+    lines = [f"**Cause:** {_inline(cause.summary, 500)}"]
+    if cause.user_frame:
+        lines.append(f"**Your code:** {_inline(cause.user_frame, 300)}")
+    if cause.next_step:
+        lines.append(f"**Next step:** {_inline(cause.next_step, 500)}")
+    return "  \n".join(lines)  # two trailing spaces: a hard line break
+
+
+def _inputs_table(inputs: list[InputInfo]) -> str:
+    rows = [
+        [
+            info.name,
+            info.dtype.removeprefix("torch.") if info.dtype else NONE,
+            _shapes_seen(info),
+            _dynamic_dims_cell(info),
+        ]
+        for info in inputs
+    ]
+    return markdown_table(["input", "dtype", "shapes seen", "dynamic dims"], rows)
+
+
+def _hist(hist: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in hist.items()) or NONE
+
+
+def _success(obs: ObservationResult) -> str:
+    if obs.success:
+        return "✅"
+    return "❌" if obs.ok else "❌ ORT failed"
+
+
+def _call_latency(median: float | None, runs: list[float]) -> str:
+    if not runs or not median:
+        return format_seconds(median)
+    return format_seconds(median) + _spread((quantile(runs, 0.1), quantile(runs, 0.9)))
+
+
+def _calls_table(model: ModelResult) -> str:
+    observations = model.observations
+    by_graph = len(model.graphs) > 1
+    stand_ins = any(obs.stand_ins for obs in observations)
+    header = ["call", "abs", "rel", "hist", "ORT", "torch", "SUCCESS"]  # as in the summary
+    header += ["graph"] * by_graph + ["fed as empty"] * stand_ins
+    rows = []
+    for obs in observations[:_MAX_OBS_ROWS]:
+        row: list[object] = [
+            obs.index,
+            format_float(obs.abs),
+            format_float(obs.rel),
+            _hist(obs.hist),
+            _call_latency(obs.ort_latency_s, obs.ort_latencies_s),
+            _call_latency(obs.torch_latency_s, obs.torch_latencies_s),
+            Markup(_success(obs)),
+        ]
+        if by_graph:
+            row.append(obs.family or NONE)
+        if stand_ins:
+            row.append(", ".join(obs.stand_ins[:_MAX_LISTED_INPUTS]) or NONE)
+        rows.append(row)
+    table = markdown_table(header, rows, max_cell=200)
+    hidden = len(observations) - _MAX_OBS_ROWS
+    if hidden > 0:
+        table += f"\n\n… {plural(hidden, 'more call')} not shown."
+    return table
+
+
+def _graphs_suffix(model: ModelResult) -> str:
+    return f" · {len(model.graphs)} graphs" if len(model.graphs) > 1 else ""
+
+
+def _graphs_table(model: ModelResult) -> str:
+    """One row per exported graph: the calls it serves and why it exists."""
+    header = ["graph", "calls", "export", "max abs", "probe", "why a graph of its own"]
+    rows = [
+        [
+            graph.name,
+            _calls_list(graph.observation_indices),
+            Markup(_export_cell(graph.export, None)),
+            Markup(_graph_abs_cell(graph)),
+            Markup(_probe_cell(graph.probe)),
+            graph.reason or "the main graph",
+        ]
+        for graph in model.graphs
+    ]
+    return "**Graphs (one per call family):**\n\n" + markdown_table(header, rows, max_cell=300)
+
+
+def _graph_abs_cell(graph: GraphResult) -> str:
+    if graph.abs is None:
+        return NONE
+    return format_float(graph.abs) + ("" if graph.success is not False else " ❌")
+
+
+def _calls_list(indices: list[int]) -> str:
+    shown = ", ".join(str(i) for i in indices[:_MAX_LISTED_CALLS])
+    hidden = len(indices) - _MAX_LISTED_CALLS
+    return shown + (f" (+{hidden})" if hidden > 0 else "")
+
+
+def _io_list(observations: list[ObservationResult]) -> str:
+    items = [
+        f"- call {o.index}: {_inline(readable_tensors(o.inputs) or NONE, 300)} → "
+        f"{_inline(readable_tensors(o.outputs) or NONE, 300)}"
+        for o in observations[:_MAX_OBS_ROWS]
+        if o.inputs or o.outputs
+    ]
+    return "**Inputs → outputs per call:**\n\n" + "\n".join(items) if items else ""
+
+
+def _probe_line(probe: ProbeResult | None) -> str:
+    label = "**Unseen-shape probe:**"
+    if probe is None:
+        return f"{label} {NONE}"
+    if not probe.ran:
+        reason = _inline(probe.reason, 200) if probe.reason else "no reason given"
+        return f"{label} not run ({reason})"
+    shapes = ", ".join(
+        f"{_inline(k, 80)}: {_inline(format_shape(v), 120)}" for k, v in probe.shapes.items()
+    )
+    if probe.success:
+        icon = "✅"
+    elif probe.ok:
+        icon = "❌ exceeded tolerance"
+    else:
+        icon = "❌ failed"
+    parts = [icon]
+    if shapes:
+        parts.append(shapes)
+    if probe.abs is not None or probe.rel is not None:
+        parts.append(f"abs {format_float(probe.abs)} · rel {format_float(probe.rel)}")
+    if probe.error and not probe.success:
+        first = next((ln for ln in reversed(probe.error.splitlines()) if ln.strip()), "")
+        parts.append(_inline(first, 200))
+    return f"{label} " + " · ".join(parts)
+
+
+def _onnx_inputs(export: ExportResult) -> str:
+    names = list(dict.fromkeys([*export.input_names, *export.input_dims]))
+    items = []
+    for name in names:
+        dims = export.input_dims.get(name)
+        items.append(_inline(name, 80) + (f" ({_inline(format_shape(dims), 120)})" if dims else ""))
+    return ", ".join(items)
+
+
+def _export_line(export: ExportResult | None) -> str:
+    label = "**Export:**"
+    if export is None:
+        return f"{label} not attempted"
+    if not export.ok:
+        return f"{label} ❌ failed after {format_seconds(export.seconds)}"
+    parts = [
+        "✅ cached" if export.cached else f"✅ {format_seconds(export.seconds)}",
+        f"opset {format_float(export.opset)}",
+        f"{format_float(export.node_count)} nodes",
+        format_bytes(export.file_size),
+    ]
+    if export.failed_samples and export.sample_index is not None:
+        tried = ", ".join(_inline(f.split(":", 1)[0], 20) for f in export.failed_samples)
+        parts.append(f"sample: call {export.sample_index} ({tried} failed to trace)")
+    inputs = _onnx_inputs(export)
+    if inputs:
+        parts.append(f"ONNX inputs: {inputs}")
+    return f"{label} " + " · ".join(parts)
+
+
+def _paired_line(paired: PairedLatency | None) -> str:
+    """What the interleaved base/head timing found, or why there is none."""
+    label = "**Paired ORT timing (base and head interleaved):**"
+    if paired is None:
+        return ""
+    if paired.ratio is None:
+        reason = _inline(paired.reason, 200) if paired.reason else "no reason given"
+        return f"{label} not available ({reason}); ORT vs base is from separate runs"
+    parts = [f"head/base {format_ratio(paired.ratio)}"]
+    if paired.ratio_low is not None and paired.ratio_high is not None:
+        parts[0] += f" ({format_ratio_range(paired.ratio_low, paired.ratio_high)})"
+    parts.append(f"base {format_seconds(paired.base_s)} → head {format_seconds(paired.head_s)}")
+    parts.append(f"{plural(paired.rounds, 'round')} × {plural(paired.calls, 'call')}")
+    return f"{label} " + " · ".join(parts)
+
+
+def _phases_line(model: ModelResult) -> str:
+    if not model.phase_seconds:
+        return ""
+    phases = " · ".join(
+        f"{_inline(k, 40)} {format_seconds(v)}" for k, v in model.phase_seconds.items()
+    )
+    return f"**Time:** {phases}"
+
+
+def _error_tails(model: ModelResult, max_chars: int) -> list[str]:
+    sources: list[tuple[str, str | None]] = [("Error", model.error)]
+    if model.export is not None:
+        sources.append(("Export error", model.export.error))
+    sources += [(f"Call {o.index} error", o.error) for o in model.observations]
+    if model.probe is not None:
+        sources.append(("Probe error", model.probe.error))
+    seen: set[str] = set()
+    blocks = []
+    for summary, text in sources:
+        if not text or text in seen:
+            continue
+        seen.add(text)
+        blocks.append(code_block(text, summary, max_chars=max_chars))
+    return blocks
+
+
+# -- fitting ------------------------------------------------------------------------------
+
+
+def _hard_cut(text: str, max_chars: int) -> str:
+    """``text`` cut at a line boundary, plus the truncation note, in ``max_chars`` at most."""
+    note = f"\n\n{TRUNCATION_NOTE}\n"
+    minimal = f"{MARKER}\n{TRUNCATION_NOTE}\n"
+    if len(minimal) >= max_chars:
+        return minimal[:max_chars]
+    cut = text[: max_chars - len(note)]
+    newline = cut.rfind("\n")
+    if newline > len(MARKER):
+        cut = cut[:newline]
+    cut = cut.rstrip()
+    if len(cut) <= len(MARKER):
+        return minimal
+    result = cut + note
+    return result
+
+
+def _level_texts(renderer: _Renderer) -> Iterator[tuple[int, str]]:
+    """Each level's text as it would be posted (with the note when detail was dropped)."""
+    yield LEVEL_FULL, renderer.render(LEVEL_FULL)
+    note = f"\n{TRUNCATION_NOTE}\n"
+    for level in LEVELS[1:]:
+        yield level, renderer.render(level) + note
+
+
+def report_levels(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    **options: Any,
+) -> list[str]:
+    """The text of every detail level, most detailed first (what fitting chooses from)."""
+    return [text for _, text in _level_texts(_renderer(head, regressions, base, **options))]
+
+
+def fit_report(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    *,
+    max_chars: int | None = GITHUB_MAX_CHARS,
+    **options: Any,
+) -> tuple[str, int | None]:
+    """The most detailed level that fits ``max_chars``: ``(text, level)``; level None
+    means even the minimal level did not fit and the text was hard-cut."""
+    if max_chars is not None and max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    renderer = _renderer(head, regressions, base, **options)
+    for level, text in _level_texts(renderer):
+        if max_chars is None or len(text) <= max_chars:
+            return text, level
+    return _hard_cut(renderer.render(LEVEL_MINIMAL), max_chars), None
+
+
+def _renderer(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None,
+    *,
+    title: str = "observer-ci",
+    run_url: str | None = None,
+    thresholds: Thresholds | None = None,
+) -> _Renderer:
+    return _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
+
+
+def render_report(
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    *,
+    max_chars: int | None = GITHUB_MAX_CHARS,
+    title: str = "observer-ci",
+    run_url: str | None = None,
+    thresholds: Thresholds | None = None,
+) -> str:
+    """The Markdown PR comment (see the module docstring).
+
+    ``max_chars=None`` renders everything (report.md, job summary). Longer than
+    ``max_chars``, it is re-rendered with less detail (see ``LEVELS``) and
+    finally hard-cut; a truncation note is then appended. Never longer than
+    ``max_chars``. ``thresholds`` are the ones the regressions were computed with
+    (stated in the legend).
+    """
+    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
+
+
+def write_report_files(
+    out: Path,
+    head: RunResults,
+    regressions: list[Regression],
+    base: RunResults | None = None,
+    *,
+    run_url: str | None = None,
+    write_results: bool = True,
+    title: str = "observer-ci",
+    thresholds: Thresholds | None = None,
+) -> str:
+    """Writes ``results.json`` first (and ``base-results.json``), then the full
+    ``report.md``; returns the report. Called before anything is posted."""
+    out.mkdir(parents=True, exist_ok=True)
+    if write_results:
+        head.write(out / "results.json")
+        if base is not None:
+            base.write(out / "base-results.json")
+    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    report = render_report(head, regressions, base, max_chars=None, **options)
+    (out / "report.md").write_text(report, encoding="utf-8")
+    return report

@@ -1,0 +1,516 @@
+"""Regression rules: compare a head run with a base run and decide what fails the build.
+
+Absolute gates (``abs_max``, ``rel_max``) apply to head alone, so they work
+without a baseline; growth, latency and node-count rules need one. A problem
+already present in base is still reported, but never fails the build
+("still failing"), so a broken main branch does not block every pull request.
+Symptoms of one defect (a failure, a discrepancy, error growth, a failed probe)
+count once; a latency change counts only beyond the noise of the timed runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+from observer_ci.core.errors import error_headline
+from observer_ci.core.results import (
+    STATUS_EXPORT_FAILED,
+    STATUS_OBSERVE_FAILED,
+    STATUS_ORT_FAILED,
+    STATUS_SCRIPT_FAILED,
+    STATUSES,
+    ModelResult,
+    PairedLatency,
+    RunResults,
+    max_or_none,
+)
+from observer_ci.report.tables import format_seconds, plural
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A regression rule: its name (for ``fail_on``), the unit of the values it compares,
+    whether it fails the build by default, and what trips it (legend and help text)."""
+
+    name: str
+    unit: str  # "status", "error", "ratio", "seconds", "count", "dim" or "state"
+    gates_by_default: bool
+    trips_when: str
+
+
+RULE_TABLE: tuple[Rule, ...] = (
+    Rule("script_failed", "status", True, "an observation script (or install) failed"),
+    Rule("export_failed", "status", True, "argument inference or torch.onnx.export failed"),
+    Rule("ort_failed", "status", True, "onnxruntime failed on an observed call"),
+    Rule("discrepancy", "error", True, "worst abs/rel error over abs_max/rel_max"),
+    Rule("abs_growth", "error", True, "worst abs error grew by more than abs_growth vs base"),
+    Rule("rel_growth", "error", True, "worst rel error grew by more than rel_growth vs base"),
+    Rule("dynamic_dim_lost", "dim", True, "a dim dynamic in base is static in head"),
+    # Latency and node count only warn by default: shared CI machines are noisy.
+    Rule(
+        "latency_ratio",
+        "seconds",
+        False,
+        "ORT median latency over latency_ratio_max x base (the paired timing when there is "
+        "one), beyond the measured noise",
+    ),
+    Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
+    Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
+    Rule("model_missing", "status", False, "a model present in base is missing from head"),
+    # Warnings for a graph that is not what the user thinks (graph_warnings.py): they never
+    # gate by default; fail_on can select them.
+    Rule("single_call", "warning", False, "one call (or one set of shapes): every dim static"),
+    Rule("size_one_dim", "warning", False, "a dim that should be dynamic was 1 in every call"),
+    Rule("stand_in_input", "warning", False, "a replayed call used a stand-in for an input"),
+    Rule("dim_static_in_onnx", "warning", False, "an observed dynamic dim is static in ONNX"),
+    Rule("probe_seen_size", "warning", False, "the probe failed on a dim seen with one size"),
+)
+RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULE_TABLE}
+RULES: tuple[str, ...] = tuple(RULES_BY_NAME)
+DEFAULT_FAIL_ON: frozenset[str] = frozenset(r.name for r in RULE_TABLE if r.gates_by_default)
+
+GROWTH_FLOOR = 1e-7  # base values at or below this are noise: growth rules defer to abs_max
+STILL_FAILING = "still failing"
+
+# Failed model status -> rule. Observation (argument / dynamic-shape inference)
+# failures prevent the export, so they count as export failures.
+_FAILURE_RULE = {
+    STATUS_SCRIPT_FAILED: "script_failed",
+    STATUS_OBSERVE_FAILED: "export_failed",
+    STATUS_EXPORT_FAILED: "export_failed",
+    STATUS_ORT_FAILED: "ort_failed",
+}
+_RULE_ORDER = {rule: i for i, rule in enumerate(RULES)}
+_SPLIT_RE = re.compile(r"[,\n;]")
+
+
+@dataclass
+class Thresholds:
+    """Limits for the regression rules (see the module docstring)."""
+
+    abs_max: float = 1e-3
+    rel_max: float = 1e-2
+    abs_growth: float = 10.0
+    rel_growth: float = 10.0
+    latency_ratio_max: float = 1.5
+    node_growth_max: float = 1.10
+    min_latency_s: float = 1e-4
+
+
+@dataclass
+class Regression:
+    """One rule that tripped for one model."""
+
+    model: str
+    rule: str
+    message: str
+    base_value: float | str | None
+    head_value: float | str | None
+    fails_build: bool
+
+
+# -- parsing ----------------------------------------------------------------------
+
+
+def threshold_keys() -> tuple[str, ...]:
+    """The keys :func:`parse_thresholds` accepts."""
+    return tuple(f.name for f in fields(Thresholds))
+
+
+def parse_thresholds(text: str | None, base: Thresholds | None = None) -> Thresholds:
+    """Parse ``"abs_max=1e-3, latency_ratio_max=2"`` (commas or newlines) over ``base``."""
+    result = base if base is not None else Thresholds()
+    if not text or not text.strip():
+        return dataclasses.replace(result)
+    valid = threshold_keys()
+    updates: dict[str, float] = {}
+    for item in _split(text):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"threshold {item!r} is not key=value; valid keys: {', '.join(valid)}")
+        if key not in valid:
+            raise ValueError(f"unknown threshold {key!r}; valid keys: {', '.join(valid)}")
+        updates[key] = _parse_positive(key, raw.strip())
+    return dataclasses.replace(result, **updates)
+
+
+def _split(text: str) -> list[str]:
+    items = (part.strip() for part in _SPLIT_RE.split(text))
+    return [item for item in items if item and not item.startswith("#")]
+
+
+def _parse_positive(key: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"threshold {key!r}: {raw!r} is not a number") from None
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"threshold {key!r}: {raw!r} must be a non-negative number")
+    return value
+
+
+def parse_fail_on(text: str | None) -> set[str]:
+    """Parse the rules that fail the build: ``"all"``, ``"none"``, ``"default"`` or a list.
+
+    Items are comma (or newline) separated and combine: ``"default,latency_ratio"``;
+    ``-rule`` removes a rule: ``"all,-model_missing"``. Empty means ``"default"``.
+    """
+    if text is None or not text.strip():
+        return set(DEFAULT_FAIL_ON)
+    selected: set[str] = set()
+    for item in _split(text.replace(" ", ",")):
+        name = item.lower()
+        remove = name.startswith("-")
+        name = name.lstrip("-")
+        rules = _expand_rule_set(name)
+        selected = selected - rules if remove else selected | rules
+    return selected
+
+
+def _expand_rule_set(name: str) -> set[str]:
+    if name == "all":
+        return set(RULES)
+    if name == "none":
+        return set()
+    if name == "default":
+        return set(DEFAULT_FAIL_ON)
+    if name in _RULE_ORDER:
+        return {name}
+    valid = ", ".join(("all", "none", "default", *RULES))
+    raise ValueError(f"unknown fail-on rule {name!r}; valid: {valid}")
+
+
+# -- comparison -------------------------------------------------------------------
+
+
+def compare(
+    head: RunResults,
+    base: RunResults | None,
+    thresholds: Thresholds,
+    fail_on: Iterable[str],
+) -> list[Regression]:
+    """All regressions of ``head`` (against ``base`` when given), in a stable order."""
+    fail_on = set(fail_on)
+    base_models = base.by_name() if base is not None else {}
+    found: list[Regression] = []
+    for model in head.models:
+        old = base_models.get(model.name)
+        found.extend(_compare_model(model, old, thresholds, fail_on, base is not None))
+    if base is not None:
+        head_names = {m.name for m in head.models}
+        for old in base.models:
+            if old.name not in head_names:
+                found.append(_missing(old, fail_on))
+    return sorted(found, key=_sort_key)
+
+
+def _sort_key(reg: Regression) -> tuple[str, int, str]:
+    return (reg.model, _RULE_ORDER.get(reg.rule, len(RULES)), reg.message)
+
+
+def _compare_model(
+    head: ModelResult,
+    base: ModelResult | None,
+    th: Thresholds,
+    fail_on: set[str],
+    has_base_run: bool = False,
+) -> list[Regression]:
+    # Failure, discrepancy, error growth and the probe can all be symptoms of one
+    # broken graph: they are folded into one regression (its root cause).
+    symptoms: list[Regression] = []
+    failure = _failure(head, base, fail_on, has_base_run)
+    if failure is not None:
+        symptoms.append(failure)
+    symptoms.extend(_discrepancy(head, base, th, fail_on))
+    if base is not None:
+        symptoms.extend(_growth(head, base, th, fail_on))
+    probe = _probe(head, base, fail_on)
+    if probe is not None:
+        symptoms.append(probe)
+    found = [_root_cause(symptoms)] if symptoms else []
+    if base is not None:
+        found.extend(_dynamic_dims_lost(head, base, fail_on))
+        found.extend(_latency(head, base, th, fail_on))
+        found.extend(_node_count(head, base, th, fail_on))
+    found.extend(_graph_warnings(head, base, fail_on))
+    return found
+
+
+def _root_cause(symptoms: list[Regression]) -> Regression:
+    """One regression for symptoms of one cause: the first that fails the build (else the
+    first), in rule order, its message naming the others."""
+    primary = next((r for r in symptoms if r.fails_build), symptoms[0])
+    others = [r for r in symptoms if r is not primary]
+    if not others:
+        return primary
+    also = "; ".join(r.message for r in others)
+    message = f"{primary.message} (also: {also})"
+    return dataclasses.replace(primary, message=message)
+
+
+def _graph_warnings(
+    head: ModelResult, base: ModelResult | None, fail_on: set[str]
+) -> list[Regression]:
+    """The warnings the runner stored on the model; one present in base never fails."""
+    old = {(w.rule, w.message) for w in base.warnings} if base is not None else set()
+    return [
+        _reg(head, w.rule, w.message, None, None, fail_on, preexisting=(w.rule, w.message) in old)
+        for w in head.warnings
+    ]
+
+
+def _reg(
+    model: ModelResult,
+    rule: str,
+    message: str,
+    base_value: float | str | None,
+    head_value: float | str | None,
+    fail_on: set[str],
+    *,
+    preexisting: bool = False,
+) -> Regression:
+    fails = rule in fail_on and not preexisting
+    return Regression(model.name, rule, message, base_value, head_value, fails)
+
+
+def _status_rank(status: str | None) -> int:
+    return STATUSES.index(status) if status in STATUSES else -1
+
+
+def _failure(
+    head: ModelResult, base: ModelResult | None, fail_on: set[str], has_base_run: bool
+) -> Regression | None:
+    rule = _FAILURE_RULE.get(head.status)
+    if rule is None:
+        return None
+    detail = head.cause.summary if head.cause else error_headline(_error_of(head))
+    base_status = base.status if base is not None else None
+    if base is not None and _status_rank(base_status) >= _status_rank(head.status):
+        if base_status == head.status:
+            message = f"{STILL_FAILING} ({head.status})"
+        else:
+            message = f"{STILL_FAILING}: {head.status}, was {base_status} in base"
+        message += f": {detail}" if detail else ""
+        return _reg(head, rule, message, base_status, head.status, fail_on, preexisting=True)
+    if base is None:
+        prefix = f"{head.status} (new model)" if has_base_run else ""
+    else:
+        prefix = f"{head.status}, was {base_status} in base"
+    message = ": ".join(p for p in (prefix, detail) if p) or head.status
+    return _reg(head, rule, message, base_status, head.status, fail_on)
+
+
+def _error_of(model: ModelResult) -> str | None:
+    if model.error:
+        return model.error
+    if model.export is not None and model.export.error:
+        return model.export.error
+    for obs in model.observations:
+        if obs.error:
+            return obs.error
+    return None
+
+
+def worst_error(model: ModelResult, metric: str) -> float | None:
+    """Largest ``"abs"`` or ``"rel"`` error over observations; NaN wins (unlike ``max``)."""
+    return max_or_none(getattr(o, metric) for o in model.observations)
+
+
+def _exceeds(value: float | None, limit: float) -> bool:
+    return value is not None and (math.isnan(value) or value > limit)
+
+
+def _discrepancy(
+    head: ModelResult, base: ModelResult | None, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    found = []
+    for metric, limit in (("abs", th.abs_max), ("rel", th.rel_max)):
+        value = worst_error(head, metric)
+        if not _exceeds(value, limit):
+            continue
+        old = None if base is None else worst_error(base, metric)
+        message = f"max {metric} error {value:.3g} > {metric}_max {limit:.3g}"
+        preexisting = _exceeds(old, limit)
+        if preexisting:
+            message = f"{STILL_FAILING}: {message} (base {old:.3g})"
+        found.append(
+            _reg(head, "discrepancy", message, old, value, fail_on, preexisting=preexisting)
+        )
+    return found
+
+
+def _growth(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    found = []
+    for rule, metric, factor in (
+        ("abs_growth", "abs", th.abs_growth),
+        ("rel_growth", "rel", th.rel_growth),
+    ):
+        new, old = worst_error(head, metric), worst_error(base, metric)
+        if new is None or old is None or math.isnan(old) or old <= GROWTH_FLOOR:
+            continue
+        if math.isnan(new) or new / old > factor:
+            ratio = "nan" if math.isnan(new) else f"{new / old:.3g}"
+            message = f"max {metric} error grew ×{ratio} (> ×{factor:.3g}): {old:.3g} → {new:.3g}"
+            found.append(_reg(head, rule, message, old, new, fail_on))
+    return found
+
+
+def dynamic_dims(model: ModelResult) -> dict[str, dict[str, dict[int, str]]]:
+    """Dynamic dims per source: ``{"observed"|"export": {input: {dim: label}}}``."""
+    observed = {info.name: {int(d): "dynamic" for d in info.dynamic_dims} for info in model.inputs}
+    exported: dict[str, dict[int, str]] = {}
+    if model.export is not None and model.export.ok:
+        for name, dims in model.export.input_dims.items():
+            exported[name] = {i: d for i, d in enumerate(dims) if isinstance(d, str)}
+    return {"observed": observed, "export": exported}
+
+
+def _static_size(model: ModelResult, source: str, name: str, dim: int) -> int | str | None:
+    """The head size of a dim that is not dynamic there, or None if head lacks that dim."""
+    if source == "export":
+        dims = model.export.input_dims.get(name) if model.export and model.export.ok else None
+        return dims[dim] if dims is not None and dim < len(dims) else None
+    for info in model.inputs:
+        if info.name == name:
+            sizes = {s[dim] for s in info.shapes if s is not None and dim < len(s)}
+            if not sizes:
+                return None
+            return sizes.pop() if len(sizes) == 1 else "static"
+    return None
+
+
+def _dynamic_dims_lost(head: ModelResult, base: ModelResult, fail_on: set[str]) -> list[Regression]:
+    old_dims, new_dims = dynamic_dims(base), dynamic_dims(head)
+    lost: dict[tuple[str, int], list] = {}  # (input, dim) -> [base label, head size, sources]
+    for source in ("observed", "export"):
+        for name, dims in old_dims[source].items():
+            for dim, label in dims.items():
+                if dim in new_dims[source].get(name, {}):
+                    continue
+                size = _static_size(head, source, name, dim)
+                if size is None:
+                    continue
+                entry = lost.setdefault((name, dim), [label, size, []])
+                if label != "dynamic":  # prefer the exporter's symbolic name
+                    entry[0] = label
+                entry[2].append(source)
+    found = []
+    for (name, dim), (label, size, sources) in sorted(lost.items()):
+        message = (
+            f"input {name!r} dim {dim} was dynamic in base ({label}) "
+            f"but is static in head ({size}; {', '.join(sources)})"
+        )
+        found.append(_reg(head, "dynamic_dim_lost", message, label, size, fail_on))
+    return found
+
+
+def _latency(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """Head/base ORT latency: the paired (interleaved) timing when there is one, else the
+    medians of the two separate runs; flagged over ``latency_ratio_max`` and beyond noise."""
+    paired = head.paired_latency
+    if paired is not None and paired.ratio is not None:  # timed interleaved: like with like
+        return _paired_latency(head, paired, th, fail_on)
+    new, old = head.median_ort_latency_s, base.median_ort_latency_s
+    if new is None or old is None or old <= 0:
+        return []
+    if new < th.min_latency_s and old < th.min_latency_s:
+        return []
+    ratio = new / old
+    if ratio <= th.latency_ratio_max:
+        return []
+    message = (
+        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}, separate runs): "
+        f"{format_seconds(old)} → {format_seconds(new)}"
+    )
+    new_runs, old_runs = head.latency_range("ort"), base.latency_range("ort")
+    if new_runs is not None and old_runs is not None:
+        if new_runs[0] <= old_runs[1]:
+            return []  # within the noise: head's fast runs are no slower than base's slow runs
+        message += (
+            f", beyond the noise (head's 10th percentile {format_seconds(new_runs[0])} > "
+            f"base's 90th {format_seconds(old_runs[1])})"
+        )
+    return [_reg(head, "latency_ratio", message, old, new, fail_on)]
+
+
+def _paired_latency(
+    head: ModelResult, paired: PairedLatency, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """The paired ratio is the median over base/head pairs timed alternately; it is beyond
+    the noise when head was slower in at least 90% of the pairs (10th percentile > 1)."""
+    assert paired.ratio is not None
+    new, old = paired.head_s, paired.base_s
+    if new is not None and old is not None and max(new, old) < th.min_latency_s:
+        return []
+    if paired.ratio <= th.latency_ratio_max:
+        return []
+    if paired.ratio_low is not None and paired.ratio_low <= 1.0:
+        return []  # within the noise: base was as fast as head in over 10% of the pairs
+    message = (
+        f"ORT median latency ×{paired.ratio:.3g} (> ×{th.latency_ratio_max:.3g}, paired: "
+        f"timed interleaved, {paired.rounds} rounds × {plural(paired.calls, 'call')}): "
+        f"{format_seconds(old)} → {format_seconds(new)}"
+    )
+    if paired.ratio_low is not None:
+        message += (
+            f", beyond the noise (head slower in 90% of the pairs: 10th percentile "
+            f"×{paired.ratio_low:.3g})"
+        )
+    return [_reg(head, "latency_ratio", message, old, new, fail_on)]
+
+
+def _node_count(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    new = head.export.node_count if head.export is not None else None
+    old = base.export.node_count if base.export is not None else None
+    if new is None or old is None or old <= 0:
+        return []
+    ratio = new / old
+    if ratio <= th.node_growth_max:
+        return []
+    message = f"ONNX node count ×{ratio:.3g} (> ×{th.node_growth_max:.3g}): {old} → {new}"
+    return [_reg(head, "node_count_growth", message, old, new, fail_on)]
+
+
+def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:
+    probe = head.probe
+    if probe is None or not probe.ran or probe.success:
+        return None
+    state = probe.state
+    detail = probe.cause.summary if probe.cause else error_headline(probe.error)
+    message = f"unseen-shape probe {state}" + (f": {detail}" if detail else "")
+    old = base.probe if base is not None else None
+    preexisting = old is not None and old.ran and not old.success
+    base_value = None if old is None else old.state
+    if preexisting:
+        message = f"{STILL_FAILING}: {message}"
+    return _reg(head, "probe_failed", message, base_value, state, fail_on, preexisting=preexisting)
+
+
+def _missing(base: ModelResult, fail_on: set[str]) -> Regression:
+    message = "model present in base is missing from head"
+    return _reg(base, "model_missing", message, base.status, None, fail_on)
+
+
+def compare_files(
+    base_path: str | os.PathLike[str] | None,
+    head_path: str | os.PathLike[str],
+    thresholds: Thresholds | None = None,
+    fail_on: Iterable[str] | None = None,
+) -> list[Regression]:
+    """Read two ``results.json`` files and :func:`compare` them (``base_path`` may be None)."""
+    head = RunResults.read(head_path)
+    base = RunResults.read(base_path) if base_path is not None else None
+    rules = DEFAULT_FAIL_ON if fail_on is None else fail_on
+    return compare(head, base, thresholds or Thresholds(), rules)
