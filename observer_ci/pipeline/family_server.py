@@ -239,6 +239,22 @@ class FamilyServer:
                 )
                 for i in family.indices
             }
+        rows = self.replay(family, sub, flags, session, shown)
+        if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
+            self.feeds_saved = True
+            note = _save_feeds(sub, session, onnx_path, config)
+            if note:
+                progress(f"{shown}: {note}")
+                self.notes.append(note)
+        if config.probe:
+            graph.probe = self.probe(sub, flags, session)
+        return graph, rows
+
+    def replay(
+        self, family: Family, sub: InputObserver, flags: Any, session: Any, shown: str
+    ) -> dict[int, ObservationResult]:
+        """Every call of ``family`` replayed on its graph: one row per model call number."""
+        config = self.config
         dynamic = sub.dynamic_dims(flags)
         rows: dict[int, ObservationResult] = {}
         begin = time.perf_counter()
@@ -263,31 +279,27 @@ class FamilyServer:
                         f"inputs {row.stand_ins[:4]}"
                     )
                 rows[index] = row
-        progress(
+        self.progress(
             f"{shown}: replayed {len(family.indices)} calls "
             f"({config.warmup} warm-up + {config.repeat} timed runs each) "
             f"in {time.perf_counter() - begin:.1f}s"
         )
-        if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
-            self.feeds_saved = True
-            note = _save_feeds(sub, session, onnx_path, config)
-            if note:
-                progress(f"{shown}: {note}")
-                self.notes.append(note)
-        if config.probe:
-            with self.phase("probe"):
-                try:
-                    graph.probe = run_probe(
-                        sub,
-                        self.method,
-                        session,
-                        set_batch_dimension_for=flags,
-                        atol=config.atol,
-                        rtol=config.rtol,
-                    )
-                except Exception as e:
-                    graph.probe = ProbeResult(ran=True, ok=False, error=error_tail(e))
-        return graph, rows
+        return rows
+
+    def probe(self, sub: InputObserver, flags: Any, session: Any) -> ProbeResult:
+        """The unseen-shape probe of one graph (an error becomes a failed probe)."""
+        with self.phase("probe"):
+            try:
+                return run_probe(
+                    sub,
+                    self.method,
+                    session,
+                    set_batch_dimension_for=flags,
+                    atol=self.config.atol,
+                    rtol=self.config.rtol,
+                )
+            except Exception as e:
+                return ProbeResult(ran=True, ok=False, error=error_tail(e))
 
     def merge(self, graphs: list[GraphResult]) -> GraphResult | None:
         """``decoder_model_merged``: the two decoder graphs behind one ``If`` with their

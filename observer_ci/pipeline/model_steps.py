@@ -95,27 +95,63 @@ def process_model(
     phase = Phases(result)
     register_if_imported()  # ModelOutput classes first used during the script get key paths
     with phase("infer"):
-        try:
-            result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
-            names = name_dims(obs, entry.set_batch_dimension_for)
-            for info, named in zip(result.inputs, names):
-                info.dim_names = [named[d] for d in info.dynamic_dims]
-            result.dynamic_shapes = repr(
-                obs.infer_dynamic_shapes(entry.set_batch_dimension_for, named=True)
-            )
-        except Exception as e:
-            result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
-            result.cause = explain_exception(e, observer=obs)
-            progress(f"{entry.name}: cannot infer export inputs: {result.error}")
+        if not infer_inputs(entry, result, progress):
             return result
-    try:
-        families = plan_families(obs, entry.set_batch_dimension_for)
-    except Exception as e:
-        result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
-        result.cause = explain_exception(e, observer=obs)
+    families = plan(entry, result)
+    if families is None:
         return result
     progress(f"{entry.name}: exporting {len(families)} graph(s) ({obs.num_obs()} calls observed)")
     server = FamilyServer(entry, out_dir, config, phase, progress, single=len(families) == 1)
+    serve_families(entry, result, families, server)
+    if export_failed(entry, result, progress):
+        return result
+    if config.merge_decoders:
+        add_merged_decoder(result, server)
+    decide(result)
+    result.warnings = graph_warnings(result)
+    total = sum(v for k, v in result.phase_seconds.items() if k != "script")
+    progress(f"{entry.name}: {result.status} ({total:.1f}s)")
+    return result
+
+
+def infer_inputs(entry: registry.ObservedModel, result: ModelResult, progress: Progress) -> bool:
+    """Step 1: the export inputs, their dynamic dims and names (False: the row says why)."""
+    obs = entry.observer
+    try:
+        result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
+        names = name_dims(obs, entry.set_batch_dimension_for)
+        for info, named in zip(result.inputs, names):
+            info.dim_names = [named[d] for d in info.dynamic_dims]
+        result.dynamic_shapes = repr(
+            obs.infer_dynamic_shapes(entry.set_batch_dimension_for, named=True)
+        )
+    except Exception as e:
+        result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
+        result.cause = explain_exception(e, observer=obs)
+        progress(f"{entry.name}: cannot infer export inputs: {result.error}")
+        return False
+    return True
+
+
+def plan(entry: registry.ObservedModel, result: ModelResult) -> list[Family] | None:
+    """Step 2: the call families, one graph each (None: the row says why)."""
+    try:
+        return plan_families(entry.observer, entry.set_batch_dimension_for)
+    except Exception as e:
+        result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
+        result.cause = explain_exception(e, observer=entry.observer)
+        return None
+
+
+def serve_families(
+    entry: registry.ObservedModel,
+    result: ModelResult,
+    families: list[Family],
+    server: FamilyServer,
+) -> None:
+    """Step 3: every family exported, replayed and probed; calls that failed only on
+    stand-ins split into families of their own; rows and graph figures filled in."""
+    obs = entry.observer
     rows: dict[int, ObservationResult] = {}
     served_families: list[Family] = []
     queue = list(families)
@@ -139,39 +175,53 @@ def process_model(
         server.rename(result.graphs, name_families(served_families), rows)
     result.observations = [rows[i] for i in sorted(rows)]
     for graph in result.graphs:
-        served = [rows[i] for i in graph.observation_indices if i in rows]
-        if served:
-            graph.abs = max_or_none(r.abs for r in served)
-            graph.rel = max_or_none(r.rel for r in served)
-            graph.success = all(r.success for r in served)
+        graph_rows = [rows[i] for i in graph.observation_indices if i in rows]
+        if graph_rows:
+            graph.abs = max_or_none(r.abs for r in graph_rows)
+            graph.rel = max_or_none(r.rel for r in graph_rows)
+            graph.success = all(r.success for r in graph_rows)
     main = result.graphs[0]
     result.export, result.probe = main.export, main.probe
     for graph in result.graphs:
         if graph.export is not None:
             result.notes.extend(n for n in graph.export.notes if n not in result.notes)
     result.notes.extend(server.notes)
+
+
+def export_failed(entry: registry.ObservedModel, result: ModelResult, progress: Progress) -> bool:
+    """Step 4: a graph that failed to export makes the row ``export_failed``."""
     failed = [g for g in result.graphs if g.export is None or not g.export.ok]
-    if failed:
-        g = failed[0]
-        error = (g.export.error if g.export else None) or "export failed"
-        result.status = STATUS_EXPORT_FAILED
-        result.error = error if len(result.graphs) == 1 else f"graph {g.name}: {error}"
-        result.cause = g.export.cause if g.export else None
-        result.warnings = graph_warnings(result)
-        progress(f"{entry.name}: export failed: {result.error[-300:]}")
-        return result
-    merged = server.merge(result.graphs) if config.merge_decoders else None
-    if merged is not None:
-        result.graphs.append(merged)
-        if not merged.success:
-            why = (
-                merged.reason
-                if merged.export is None
-                else (f"did not match torch on every call (max abs {merged.abs:.3g})")
-            )
-            result.notes.append(
-                f"{merged.name}: {why}; use {ROLE_DECODER} and {ROLE_DECODER_WITH_PAST}"
-            )
+    if not failed:
+        return False
+    g = failed[0]
+    error = (g.export.error if g.export else None) or "export failed"
+    result.status = STATUS_EXPORT_FAILED
+    result.error = error if len(result.graphs) == 1 else f"graph {g.name}: {error}"
+    result.cause = g.export.cause if g.export else None
+    result.warnings = graph_warnings(result)
+    progress(f"{entry.name}: export failed: {result.error[-300:]}")
+    return True
+
+
+def add_merged_decoder(result: ModelResult, server: FamilyServer) -> None:
+    """Step 5: ``decoder_model_merged`` when the families are a decoder and its past."""
+    merged = server.merge(result.graphs)
+    if merged is None:
+        return
+    result.graphs.append(merged)
+    if not merged.success:
+        why = (
+            merged.reason
+            if merged.export is None
+            else (f"did not match torch on every call (max abs {merged.abs:.3g})")
+        )
+        result.notes.append(
+            f"{merged.name}: {why}; use {ROLE_DECODER} and {ROLE_DECODER_WITH_PAST}"
+        )
+
+
+def decide(result: ModelResult) -> None:
+    """Step 6: the verdict from the replayed calls, then from the probes."""
     result.status = _status(result.observations)
     if result.status != STATUS_OK:
         result.error = next((o.error for o in result.observations if o.error), None)
@@ -186,18 +236,14 @@ def process_model(
             sample = samples.get(o.index)
             if o.cause is not None and sample is not None:
                 add_sample_difference(o.cause, result.inputs, o.index, sample)
-    else:
-        probe = next(
-            (g.probe for g in result.graphs if g.probe and g.probe.ran and not g.probe.success),
-            None,
-        )
-        if probe is not None:
-            result.status, result.error = STATUS_PROBE_FAILED, probe.error
-            result.cause = probe.cause
-    result.warnings = graph_warnings(result)
-    total = sum(v for k, v in result.phase_seconds.items() if k != "script")
-    progress(f"{entry.name}: {result.status} ({total:.1f}s)")
-    return result
+        return
+    probe = next(
+        (g.probe for g in result.graphs if g.probe and g.probe.ran and not g.probe.success),
+        None,
+    )
+    if probe is not None:
+        result.status, result.error = STATUS_PROBE_FAILED, probe.error
+        result.cause = probe.cause
 
 
 def _status(observations: list[ObservationResult]) -> str:

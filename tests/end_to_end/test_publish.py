@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from observer_ci.action import main as action
 from observer_ci.action.artifact import MAX_RESULTS_BYTES, PAYLOAD_FILE, Payload, write_payload
-from observer_ci.action.main import main as action
 from observer_ci.core.results import (
     STATUS_EXPORT_FAILED,
     STATUS_OK,
