@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from observer_ci.action.artifact import Payload, write_payload
+from observer_ci.action.comment import RenderReport, post_report
 from observer_ci.action.isolation import secure_environment
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.action.workspace import run_base_and_head, run_install, run_scripts_subprocess
@@ -33,7 +34,7 @@ from observer_ci.core.constants import (
 )
 from observer_ci.core.logs import configure, logger
 from observer_ci.core.results import RunResults
-from observer_ci.github.sticky import RenderReport, post_report
+from observer_ci.github.client import GitHubClient
 from observer_ci.report.escape import code_block
 from observer_ci.report.markdown import render_report, write_report_files
 from observer_ci.report.rules import Regression, compare
@@ -88,7 +89,7 @@ def main(
         if settings.mode == MODE_PUBLISH:
             from observer_ci.action.publish import publish
 
-            return publish(settings)
+            return publish(settings, github_client(settings))
         return run(settings, env, progress)
     except Exception as e:  # a bug of ours: say so, keep what exists, exit 3 (not 1)
         return _internal_error(settings, progress, e)
@@ -139,10 +140,15 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
         outputs["payload_path"] = str(write_payload(settings.payload_path, payload, head, base))
     except OSError as e:  # the report is written already; only a later publish job misses it
         workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
-    outputs.update(post_report(settings, render))
+    outputs.update(post_report(settings, github_client(settings), render))
     progress.outputs.update(outputs)
     write_outputs(settings, outputs)
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def github_client(settings: Settings) -> GitHubClient:
+    """The job's one GitHub client, built when posting is next (its deadline starts now)."""
+    return GitHubClient(settings.github_api_url, settings.token)
 
 
 def write_and_summarise(

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from observer_ci.action.artifact import ArtifactError, NoPayloadError, Part, read_parts
+from observer_ci.action.comment import post_report
 from observer_ci.action.main import write_and_summarise, write_outputs
 from observer_ci.action.settings import EventFacts, Settings
 from observer_ci.core import workflow_commands as workflow
@@ -30,7 +31,7 @@ from observer_ci.core.legs import merge_results
 from observer_ci.core.logs import logger
 from observer_ci.core.results import RunResults
 from observer_ci.github.client import GitHubClient, GitHubError
-from observer_ci.github.sticky import post_report, repo_from_env
+from observer_ci.github.sticky import repo_from_env
 from observer_ci.report.rules import Thresholds, compare
 
 EXIT_REJECTED = 1
@@ -58,8 +59,9 @@ class Rejected(Exception):
         self.status = status
 
 
-def publish(settings: Settings) -> int:
-    """Reads, validates, merges, reports and posts; returns the exit code (1 if rejected)."""
+def publish(settings: Settings, client: GitHubClient) -> int:
+    """Reads, validates, merges, reports and posts with ``client`` (the job's one client);
+    returns the exit code (1 if rejected)."""
     Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
     run_id = settings.event.workflow_run_id or settings.run_id
     try:
@@ -87,13 +89,13 @@ def publish(settings: Settings) -> int:
         return _reject(settings, f"the results could not be rendered ({type(e).__name__})")
     if _will_post(target):
         try:
-            verify_origin(target)
+            verify_origin(target, client)
         except Rejected as e:
             level = "error" if e.status == COMMENT_REJECTED else "warning"
             workflow.command(level, f"not posting: {e}")
             write_outputs(settings, {**outputs, "comment_status": e.status})
             return EXIT_REJECTED if e.status == COMMENT_REJECTED else 0
-    outputs.update(post_report(target, render))
+    outputs.update(post_report(target, client, render))
     write_outputs(settings, outputs)
     return 0
 
@@ -152,11 +154,10 @@ def _will_post(settings: Settings) -> bool:
     )
 
 
-def verify_origin(settings: Settings) -> None:
+def verify_origin(settings: Settings, client: GitHubClient) -> None:
     """Raises :class:`Rejected` unless the API confirms that the pull request belongs to
     the run the payload came from (its head commit is the run's, from the run's repository)."""
     owner, repo = repo_from_env(settings.repository)
-    client = GitHubClient(settings.github_api_url, settings.token)
     base = f"/repos/{quote(owner, safe='')}/{quote(repo, safe='')}"
     pr = settings.pr_number
     try:

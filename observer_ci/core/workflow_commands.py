@@ -15,13 +15,26 @@ import secrets
 import sys
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Protocol
 
 from observer_ci.core.constants import STEP_SUMMARY_MAX_BYTES
-from observer_ci.report.rules import Regression
 
 MAX_ANNOTATIONS = 10  # per level; GitHub shows at most 10 of each per step anyway
+
+
+class Finding(Protocol):
+    """What an annotation shows of a rule's finding (``report.rules.Regression`` is one)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def fails_build(self) -> bool: ...
 
 
 # C0 controls but tab/newline/CR, DEL, C1 controls, and the bidi and invisible format
@@ -125,7 +138,7 @@ def render_cut(report: str, limit_bytes: int) -> str:
     return report.encode("utf-8")[:budget].decode("utf-8", errors="ignore") + note
 
 
-def annotate(regressions: list[Regression]) -> None:
+def annotate(regressions: Sequence[Finding]) -> None:
     """Workflow annotations: errors for rules that fail the build, warnings for the rest."""
     shown = {"error": 0, "warning": 0}
     for r in regressions:

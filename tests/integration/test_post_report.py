@@ -1,5 +1,5 @@
-"""post_report: from the action's settings to the step outputs, against the local fake
-GitHub (tests/support/fake_github.py). Which gate stops a post, what the marker carries,
+"""action.comment.post_report: from the action's settings to the step outputs, against the
+local fake GitHub (tests/support/fake_github.py). Which gate stops a post, what the marker carries,
 the shorter retry after a 422, and every failure as an output plus a warning."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
+from observer_ci.action import comment
+from observer_ci.action.main import github_client
 from observer_ci.action.settings import EventFacts, Settings
 from observer_ci.core.constants import GITHUB_COMMENT_MAX_CHARS, MARKER
 from observer_ci.github.client import GitHubError
@@ -18,7 +20,6 @@ from observer_ci.github.sticky import (
     StickyMarker,
     parse_marker,
     post_failure,
-    post_report,
 )
 from tests.support.fake_github import DEFAULT_TOKEN, FakeGitHub
 
@@ -53,6 +54,11 @@ def settings_for(gh: FakeGitHub, **changes: object) -> Settings:
         event=EventFacts(pr_number=PR),
     )
     return dataclasses.replace(base, **changes)
+
+
+def post_report(settings: Settings, render: Callable[[int], str]) -> dict[str, str]:
+    """Posts as the action does: with the job's one client."""
+    return comment.post_report(settings, github_client(settings), render)
 
 
 def warnings_of(out: str) -> list[str]:

@@ -1,7 +1,10 @@
 """The torch-free side of the process boundary stays torch-free (and pandas-free).
 
-Each check runs in a fresh interpreter: the modules the action's parent process, ``compare``,
-``merge`` and the rules need must not pull in torch, pandas or transformers.
+The static part is the import contract in ``pyproject.toml`` (``[tool.importlinter]``, run by
+``lint-imports`` in ``make test``): core/, report/, github/ and action/ never import torch,
+onnx, onnxruntime, numpy, pandas, transformers or the torch side. What the contract cannot
+see is what a process loads at run time (``observer_ci.__getattr__`` and the CLI import
+lazily): each check below runs in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-HEAVY = ("torch", "pandas", "transformers", "onnxruntime")
+HEAVY = ("torch", "pandas", "transformers", "onnxruntime", "numpy")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def loaded_after(code: str) -> dict[str, bool]:
@@ -26,26 +31,36 @@ def loaded_after(code: str) -> dict[str, bool]:
     "code",
     [
         "import observer_ci",
-        "import observer_ci.action.main",
-        "import observer_ci.cli",
-        "import observer_ci.report.rules, observer_ci.core.legs, observer_ci.action.settings",
-        "import observer_ci.github.sticky, observer_ci.core.workflow_commands",
-        "import observer_ci.action.workspace",
-        "import observer_ci.pipeline.causes, observer_ci.core.dim_names",
-        "import observer_ci.pipeline.graph_warnings",
-        # cache store, `pair` child
-        "import observer_ci.pipeline.export_cache, observer_ci.pipeline.paired",
+        # the action's parent, publish mode and the command line's dispatcher
+        "import observer_ci.action.main, observer_ci.action.publish, observer_ci.cli",
+        # report rendering (compare, merge)
+        "import observer_ci.report.markdown, observer_ci.core.legs",
+        "import observer_ci.pipeline.causes, observer_ci.pipeline.graph_warnings",
     ],
 )
-def test_torch_free_modules_import_nothing_heavy(code):
+def test_torch_free_entry_points_load_nothing_heavy(code):
     loaded = loaded_after(code)
     assert not any(loaded.values()), f"{code!r} imported {[m for m, v in loaded.items() if v]}"
 
 
-def test_report_rendering_does_not_import_torch():
-    assert loaded_after("import observer_ci.report.markdown")["torch"] is False
+def test_the_pair_child_and_the_cache_store_load_numpy_but_not_torch():
+    loaded = loaded_after("import observer_ci.pipeline.export_cache, observer_ci.pipeline.paired")
+    assert [m for m, v in loaded.items() if v] == ["numpy"]
 
 
 def test_the_observer_is_still_reachable_from_the_package():
     loaded = loaded_after("import observer_ci\nobserver_ci.InputObserver")
     assert loaded["torch"] is True
+
+
+def test_the_contract_forbids_the_torch_side_to_every_parent_package():
+    import tomllib  # Python 3.11+, like tests/unit/test_packaging.py
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (torch_free,) = [c for c in contracts if c["name"] == "The parent's packages are torch-free"]
+    parent = {f"observer_ci.{p}" for p in ("core", "report", "github", "action")}
+    assert set(torch_free["source_modules"]) == parent
+    assert {"torch", "onnxruntime", "numpy", "observer_ci.pipeline"} <= set(
+        torch_free["forbidden_modules"]
+    )
