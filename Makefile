@@ -20,6 +20,7 @@ demo: install
 # action runs) are built once.
 test: install-test
 	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 	lint-imports
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile tests
 
