@@ -22,6 +22,7 @@ test: install-test
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 	lint-imports
+	$(PYTHON) -m mypy
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile tests
 
 install-mutation:

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from observer_ci.action.artifact import Payload, write_payload
 from observer_ci.action.comment import RenderReport, post_report
@@ -164,7 +165,11 @@ def write_and_summarise(
     anything is posted); returns the gate outputs and the comment renderer."""
     out = Path(settings.out_dir)
     title = f"observer-ci ({label})" if label else "observer-ci"
-    options = {"run_url": settings.run_url, "title": title, "thresholds": settings.thresholds}
+    options: dict[str, Any] = {
+        "run_url": settings.run_url,
+        "title": title,
+        "thresholds": settings.thresholds,
+    }
     full = write_report_files(out, head, regressions, base, **options)
     if progress is not None:
         progress.results_written = True

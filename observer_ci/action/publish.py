@@ -139,7 +139,9 @@ def _merged(parts: list[Part]) -> tuple[RunResults, RunResults | None]:
     head = merge_results([dataclasses.replace(p.head, label=p.payload.label) for p in parts])
     with_base = [p for p in parts if p.base is not None]
     if len(with_base) == len(parts):
-        bases = [dataclasses.replace(p.base, label=p.payload.label) for p in with_base]
+        bases = [
+            dataclasses.replace(p.base, label=p.payload.label) for p in parts if p.base is not None
+        ]
         return head, merge_results(bases)
     if with_base:
         head.environment.setdefault("notes", []).append(
@@ -160,6 +162,8 @@ def verify_origin(settings: Settings, client: GitHubClient) -> None:
     owner, repo = repo_from_env(settings.repository)
     base = f"/repos/{quote(owner, safe='')}/{quote(repo, safe='')}"
     pr = settings.pr_number
+    if pr is None:  # publish checks it first (_will_post)
+        raise Rejected("the payload names no pull request")
     try:
         run = _object(client.get_json(f"{base}/actions/runs/{int(settings.run_id)}"))
     except GitHubError as e:

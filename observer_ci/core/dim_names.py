@@ -154,7 +154,9 @@ def _sum_of(cls: DimClass, classes: list[DimClass]) -> tuple[DimClass, DimClass]
             if a is b or _ROLE_ORDER_KEY(a) > _ROLE_ORDER_KEY(b):
                 continue
             rows = [
-                (x, y, z) for x, y, z in zip(cls.sizes, a.sizes, b.sizes) if None not in (x, y, z)
+                (x, y, z)
+                for x, y, z in zip(cls.sizes, a.sizes, b.sizes)
+                if x is not None and y is not None and z is not None
             ]
             if len(rows) >= 2 and all(x == y + z for x, y, z in rows):
                 return a, b

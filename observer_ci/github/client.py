@@ -199,7 +199,7 @@ class GitHubClient:
                 )
                 if last or not idempotent:
                     raise error from None
-                delay = self._backoff(attempt)
+                delay: float | None = self._backoff(attempt)
             else:
                 delay = self._retry_delay(response, attempt)
                 error = self._error(response, method, url)
@@ -208,6 +208,7 @@ class GitHubClient:
                     raise error
                 if delay is None or last:
                     raise error
+            assert delay is not None  # the branches above raise otherwise
             if delay > self._remaining():
                 raise error  # waiting would overrun the deadline
             self._log_retry(error, attempt, delay)

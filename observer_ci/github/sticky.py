@@ -151,7 +151,8 @@ def comment_login(comment: dict) -> str:
 def is_ours(comment: dict, identity: str | None) -> bool:
     """Written by our identity: its login (GitHub logins ignore case), or (identity
     unknown) any Bot account."""
-    user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
+    user = comment.get("user")
+    user = user if isinstance(user, dict) else {}
     if identity:
         return comment_login(comment).casefold() == identity.casefold()
     return user.get("type") == "Bot"

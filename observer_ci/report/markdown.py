@@ -442,13 +442,13 @@ def _export_cell(export: ExportResult | None, old: ExportResult | None) -> str:
         return NONE
     if not export.ok:
         return "❌ failed"
-    old_ok = old is not None and old.ok
+    old = old if old is not None and old.ok else None
     text = format_seconds(export.seconds)
-    if old_ok:
+    if old is not None:
         text += _change(export.seconds, old.seconds)
     if export.node_count is not None:
         text += f" · {plural(export.node_count, 'node')}"
-        if old_ok and old.node_count is not None:
+        if old is not None and old.node_count is not None:
             text += f" ({export.node_count - old.node_count:+d})"
     return text
 
@@ -824,6 +824,7 @@ def fit_report(
     for level, text in _level_texts(renderer):
         if max_chars is None or len(text) <= max_chars:
             return text, level
+    assert max_chars is not None  # without a limit the first level fits
     return _hard_cut(renderer.render(LEVEL_MINIMAL), max_chars), None
 
 
@@ -857,7 +858,7 @@ def render_report(
     ``max_chars``. ``thresholds`` are the ones the regressions were computed with
     (stated in the legend).
     """
-    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    options: dict[str, Any] = {"title": title, "run_url": run_url, "thresholds": thresholds}
     return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
 
@@ -879,7 +880,7 @@ def write_report_files(
         head.write(out / "results.json")
         if base is not None:
             base.write(out / "base-results.json")
-    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    options: dict[str, Any] = {"title": title, "run_url": run_url, "thresholds": thresholds}
     report = render_report(head, regressions, base, max_chars=None, **options)
     (out / "report.md").write_text(report, encoding="utf-8")
     return report
