@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from observer_ci.core.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from observer_ci.core.results import RunResults
+from observer_ci.core.run_options import RunOptions, parse_cache_max_mb
+
+if TYPE_CHECKING:
+    from observer_ci.report.rules import Thresholds
 
 __all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
+
+DEFAULTS = RunOptions()  # the run's defaults (one home: the fields of RunOptions)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,67 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Observe PyTorch model calls, export to ONNX, check onnxruntime, report.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="run observation scripts, write results.json + report.md")
-    run.add_argument("scripts", nargs="+", help="observation scripts (globs allowed)")
-    run.add_argument("--out", default="observer-ci-out", help="output directory")
-    run.add_argument("--label", default="head", help="label stored in results.json")
-    run.add_argument("--baseline", help="results.json of the base to compare with")
-    _add_gate_options(run)
-    run.add_argument(
-        "--atol",
-        type=float,
-        help="absolute tolerance: a call succeeds within it, and the discrepancy rule "
-        "trips beyond it (same as --thresholds abs_max=...; default 1e-3)",
-    )
-    run.add_argument(
-        "--rtol",
-        type=float,
-        help="relative tolerance |torch - ort| / (|torch| + 1e-3), for SUCCESS and the "
-        "discrepancy rule (same as --thresholds rel_max=...; default 1e-2)",
-    )
-    run.add_argument("--warmup", type=int, default=2, help="untimed runs before timing")
-    run.add_argument(
-        "--repeat", type=int, default=10, help="timed runs per call (median and spread reported)"
-    )
-    run.add_argument(
-        "--verbose", action="store_true", help="show third-party warnings (torch, exporter)"
-    )
-    run.add_argument("--no-probe", action="store_true", help="skip the unseen-shape probe")
-    run.add_argument(
-        "--no-merged-decoder",
-        action="store_true",
-        help="do not write decoder_model_merged.onnx for decoders with two call families",
-    )
-    run.add_argument(
-        "--cache-dir",
-        help="export cache directory, shared by runs (default: $OBSERVER_CI_CACHE_DIR, else none)",
-    )
-    run.add_argument(
-        "--cache-max-mb",
-        help="size cap of the export cache in MB, least recently used entries evicted first "
-        "(default: $OBSERVER_CI_CACHE_MAX_MB, else 2048; 0: no cap)",
-    )
-    run.add_argument(
-        "--threads", type=int, help="thread budget of torch and onnxruntime (default: theirs)"
-    )
-    run.add_argument(
-        "--save-feeds",
-        action="store_true",
-        help="save the onnxruntime inputs next to each ONNX file (for `pair`)",
-    )
-    run.add_argument(
-        "--reverse-order",
-        action="store_true",
-        help="process the scripts last to first (results keep the given order): a run side "
-        "by side with another one then starts on other models, sharing the export cache",
-    )
-    run.add_argument(
-        "--no-gate", action="store_true", help="always exit 0 once results are written"
-    )
-    run.add_argument(
-        "--journal", help="append each script's rows to this JSON-lines file once it is done"
-    )
+    _add_run(sub.add_parser("run", help="run observation scripts, write results.json + report.md"))
 
     compare = sub.add_parser("compare", help="compare two results.json files")
     compare.add_argument("base")
@@ -104,6 +52,75 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
     pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
     return parser
+
+
+def _add_run(run: argparse.ArgumentParser) -> None:
+    """The options of ``run``: each is a field of :class:`RunOptions` (its defaults)."""
+    run.add_argument("scripts", nargs="*", help="observation scripts (globs allowed)")
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="every option of the run as a JSON file (RunOptions; the action writes it); "
+        "not combined with scripts or other options",
+    )
+    run.add_argument("--out", default=DEFAULTS.out, help="output directory")
+    run.add_argument("--label", default=DEFAULTS.label, help="label stored in results.json")
+    run.add_argument("--baseline", help="results.json of the base to compare with")
+    _add_gate_options(run)
+    run.add_argument(
+        "--atol",
+        type=float,
+        help="absolute tolerance: a call succeeds within it, and the discrepancy rule "
+        "trips beyond it (same as --thresholds abs_max=...; default 1e-3)",
+    )
+    run.add_argument(
+        "--rtol",
+        type=float,
+        help="relative tolerance |torch - ort| / (|torch| + 1e-3), for SUCCESS and the "
+        "discrepancy rule (same as --thresholds rel_max=...; default 1e-2)",
+    )
+    run.add_argument(
+        "--warmup", type=int, default=DEFAULTS.warmup, help="untimed runs before timing"
+    )
+    run.add_argument(
+        "--repeat",
+        type=int,
+        default=DEFAULTS.repeat,
+        help="timed runs per call (median and spread reported)",
+    )
+    _add_run_switches(run)
+    run.add_argument(
+        "--cache-dir",
+        help="export cache directory, shared by runs (default: $OBSERVER_CI_CACHE_DIR, else none)",
+    )
+    run.add_argument(
+        "--cache-max-mb",
+        help="size cap of the export cache in MB, least recently used entries evicted first "
+        "(default: $OBSERVER_CI_CACHE_MAX_MB, else 2048; 0: no cap)",
+    )
+    run.add_argument(
+        "--threads", type=int, help="thread budget of torch and onnxruntime (default: theirs)"
+    )
+    run.add_argument(
+        "--journal", help="append each script's rows to this JSON-lines file once it is done"
+    )
+
+
+def _add_run_switches(run: argparse.ArgumentParser) -> None:
+    """The on/off options of ``run``."""
+    switches = {
+        "--verbose": "show third-party warnings (torch, exporter)",
+        "--no-probe": "skip the unseen-shape probe",
+        "--no-merged-decoder": "do not write decoder_model_merged.onnx for decoders with two "
+        "call families",
+        "--save-feeds": "save the onnxruntime inputs next to each ONNX file (for `pair`)",
+        "--reverse-order": "process the scripts last to first (results keep the given order): "
+        "a run side by side with another one then starts on other models, sharing the "
+        "export cache",
+        "--no-gate": "always exit 0 once results are written",
+    }
+    for flag, text in switches.items():
+        run.add_argument(flag, action="store_true", help=text)
 
 
 def _add_gate_options(parser: argparse.ArgumentParser) -> None:
@@ -160,54 +177,87 @@ def expand_scripts(patterns: Sequence[str]) -> list[str]:
     return scripts
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from observer_ci.pipeline.export_cache import resolve_cache_dir, resolve_cache_max_bytes
-
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """The run's options: the ``--config`` file, else the flags (one object either way)."""
     try:
-        cache_max_bytes = resolve_cache_max_bytes(args.cache_max_mb)
+        flags = _options_from_flags(args)
+        if not args.config:
+            if not flags.scripts:
+                raise UsageError("run: give observation scripts (or --config FILE)")
+            return flags
+        if flags != DEFAULTS:
+            raise UsageError("--config holds the whole run: give no scripts or other options")
+        return RunOptions.read(args.config)
+    except OSError as e:
+        raise UsageError(f"--config: {args.config} could not be read: {e}") from e
     except ValueError as e:
-        raise UsageError(f"--cache-max-mb: {e}") from e
+        raise UsageError(str(e)) from e
 
-    if args.threads:
-        import torch
 
-        torch.set_num_threads(max(1, args.threads))
-    from observer_ci.pipeline.config import RunConfig
-    from observer_ci.pipeline.scripts import run_scripts
-
-    thresholds, fail_on = _gate(args)
-    if args.atol is not None:
-        thresholds = _with(thresholds, abs_max=args.atol)
-    if args.rtol is not None:
-        thresholds = _with(thresholds, rel_max=args.rtol)
-    base = _read(args.baseline) if args.baseline else None
-    config = RunConfig(
-        atol=thresholds.abs_max,
-        rtol=thresholds.rel_max,
+def _options_from_flags(args: argparse.Namespace) -> RunOptions:
+    try:
+        cache_max_mb = parse_cache_max_mb(args.cache_max_mb) if args.cache_max_mb else None
+    except ValueError as e:
+        raise UsageError(f"--cache-max-mb {e}") from e
+    return RunOptions(
+        scripts=tuple(args.scripts),
+        out=args.out,
+        label=args.label,
+        baseline=args.baseline,
+        thresholds=args.thresholds,
+        fail_on=args.fail_on,
+        atol=args.atol,
+        rtol=args.rtol,
         warmup=args.warmup,
         repeat=args.repeat,
+        verbose=args.verbose,
         probe=not args.no_probe,
         merge_decoders=not args.no_merged_decoder,
-        cache_dir=str(cache_dir) if (cache_dir := resolve_cache_dir(args.cache_dir)) else None,
-        cache_max_bytes=cache_max_bytes,
+        cache_dir=args.cache_dir or None,
+        cache_max_mb=cache_max_mb,
         threads=args.threads,
         save_feeds=args.save_feeds,
-    )
-    head = run_scripts(
-        expand_scripts(args.scripts),
-        args.out,
-        config=config,
-        label=args.label,
-        verbose=args.verbose,
-        journal=args.journal,
         reverse_order=args.reverse_order,
+        gate=not args.no_gate,
+        journal=args.journal,
     )
-    code = publish(head, base, Path(args.out), thresholds, fail_on)
-    return EXIT_OK if args.no_gate else code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    options = run_options(args)
+    thresholds, fail_on = _gate(options.thresholds, options.fail_on)
+    tolerances = {"abs_max": options.atol, "rel_max": options.rtol}
+    thresholds = dataclasses.replace(
+        thresholds, **{k: v for k, v in tolerances.items() if v is not None}
+    )
+    from observer_ci.pipeline.config import RunConfig
+
+    try:
+        config = RunConfig.from_options(options, thresholds)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if options.threads:
+        import torch
+
+        torch.set_num_threads(max(1, options.threads))
+    from observer_ci.pipeline.scripts import run_scripts
+
+    base = _read(options.baseline) if options.baseline else None
+    head = run_scripts(
+        expand_scripts(options.scripts),
+        options.out,
+        config=config,
+        label=options.label,
+        verbose=options.verbose,
+        journal=options.journal,
+        reverse_order=options.reverse_order,
+    )
+    code = publish(head, base, Path(options.out), thresholds, fail_on)
+    return code if options.gate else EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    thresholds, fail_on = _gate(args)
+    thresholds, fail_on = _gate(args.thresholds, args.fail_on)
     base, head = _read(args.base), _read(args.head)
     if args.out:
         return publish(head, base, Path(args.out), thresholds, fail_on, write_results=False)
@@ -231,7 +281,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from observer_ci.core.legs import merge_results
 
-    thresholds, fail_on = _gate(args)
+    thresholds, fail_on = _gate(args.thresholds, args.fail_on)
     merged = merge_results([_read(p) for p in args.parts])
     base = _read(args.baseline) if args.baseline else None
     return publish(merged, base, Path(args.out), thresholds, fail_on)
@@ -267,22 +317,13 @@ def print_regressions(regressions) -> None:
         print(f"{mark}  {r.model}: {r.rule}: {r.message}")
 
 
-def _gate(args: argparse.Namespace):
+def _gate(thresholds: str, fail_on: str) -> tuple[Thresholds, set[str]]:
     from observer_ci.report.rules import parse_fail_on, parse_thresholds
 
     try:
-        return parse_thresholds(args.thresholds), parse_fail_on(args.fail_on)
+        return parse_thresholds(thresholds), parse_fail_on(fail_on)
     except ValueError as e:
         raise UsageError(str(e)) from e
-
-
-def _with(thresholds, **values: float):
-    import dataclasses
-
-    for key, value in values.items():
-        if not value >= 0:
-            raise UsageError(f"--{'atol' if key == 'abs_max' else 'rtol'} must be >= 0")
-    return dataclasses.replace(thresholds, **values)
 
 
 def _read(path: str) -> RunResults:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import COMMENT_KEY_PATTERN
+from observer_ci.core.run_options import parse_cache_max_mb
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, parse_fail_on, parse_thresholds
 
 
@@ -271,14 +272,12 @@ def _repeat(text: str) -> int:
 
 
 def _cache_max_mb(text: str) -> int | None:
-    text = text.strip()
-    if not text:
+    if not text.strip():
         return None
-    if not text.isdigit():
-        raise SettingsError(
-            f"input 'cache_max_mb' must be a whole number of MB (0: no cap), got {text!r}"
-        )
-    return int(text)
+    try:
+        return parse_cache_max_mb(text)
+    except ValueError as e:
+        raise SettingsError(f"input 'cache_max_mb' {e}") from e
 
 
 def _timeout_minutes(text: str) -> float:

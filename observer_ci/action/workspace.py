@@ -13,6 +13,7 @@ a new child runs the scripts not started yet.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -28,12 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from observer_ci.action.child_run import child_command, child_run_options
 from observer_ci.action.isolation import without_secrets
 from observer_ci.action.settings import Settings
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.journal import JournalState, read_journal
 from observer_ci.core.logs import logger
 from observer_ci.core.results import STATUS_SCRIPT_FAILED, ModelResult, RunResults
+from observer_ci.core.run_options import RunOptions
 
 # The observer child imports torch before the first script starts and writes its files
 # after the last one: those phases get this much on top of ``timeout_minutes``.
@@ -196,7 +199,7 @@ def run_scripts_subprocess(
     cwd: str | None = None,
     pythonpath: str | None = None,
     env: Mapping[str, str] | None = None,
-    extra_args: Sequence[str] = (),
+    options: RunOptions | None = None,
     extra_env: Mapping[str, str] | None = None,
     notes: list[str] | None = None,
 ) -> RunResults:
@@ -219,7 +222,7 @@ def run_scripts_subprocess(
     while pending:
         logger.info("running %s: %s", label, " ".join(pending))
         outcome, state, final = _observer_child(
-            pending, out, label, settings, cwd, child_env, extra_args
+            pending, out, label, settings, cwd, child_env, options
         )
         header = header or final or state.header
         if final is not None:
@@ -258,36 +261,15 @@ def _observer_child(
     settings: Settings,
     cwd: str,
     env: Mapping[str, str],
-    extra_args: Sequence[str] = (),
+    options: RunOptions | None = None,
 ) -> tuple[ChildOutcome, JournalState, RunResults | None]:
     """One ``observer-ci run`` child; its complete results if it finished cleanly."""
     results_path = out.resolve() / "results.json"
     journal = out.resolve() / "journal.jsonl"
     results_path.unlink(missing_ok=True)
     journal.unlink(missing_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "observer_ci",
-        "run",
-        *scripts,
-        "--out",
-        str(out.resolve()),
-        "--label",
-        label,
-        "--repeat",
-        str(settings.repeat),
-        # one tolerance set: the child's SUCCESS uses the thresholds the gate uses
-        "--atol",
-        repr(settings.thresholds.abs_max),
-        "--rtol",
-        repr(settings.thresholds.rel_max),
-        "--no-gate",
-        *(["--verbose"] if settings.verbose else []),
-        *extra_args,
-        "--journal",
-        str(journal),
-    ]
+    options = options or child_run_options(settings)
+    cmd = child_command(options, scripts, out.resolve(), label, journal)
     seen = {"size": -1}
     timeout_s = settings.timeout_seconds
 
@@ -337,20 +319,13 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 
 def child_options(settings: Settings, threads: int | None = None) -> dict[str, Any]:
-    """``extra_args``/``extra_env`` of :func:`run_scripts_subprocess`: the shared export cache,
-    and a thread budget (torch, OpenMP, onnxruntime) when runs share the machine."""
-    args: list[str] = []
+    """``options``/``extra_env`` of :func:`run_scripts_subprocess`: the children's run options
+    (:func:`observer_ci.action.child_run.child_run_options`), and a thread budget (torch,
+    OpenMP, onnxruntime) when runs share the machine."""
     env: dict[str, str] = {}
-    if settings.cache_dir:
-        cache = Path(settings.cache_dir)
-        cache = cache if cache.is_absolute() else Path(settings.workspace) / cache
-        args += ["--cache-dir", str(cache.resolve())]  # base runs in another directory
-        if settings.cache_max_mb is not None:
-            args += ["--cache-max-mb", str(settings.cache_max_mb)]
     if threads:
-        args += ["--threads", str(threads)]
         env.update({name: str(threads) for name in THREAD_VARIABLES})
-    return {"extra_args": args, "extra_env": env}
+    return {"options": child_run_options(settings, threads), "extra_env": env}
 
 
 def run_base_and_head(
@@ -378,7 +353,7 @@ def run_base_and_head(
     threads = cores // 2 if cores >= 2 else None
     base_options = child_options(settings, threads)
     head_options = child_options(settings, threads)
-    head_options["extra_args"].append("--save-feeds")
+    head_options["options"] = dataclasses.replace(head_options["options"], save_feeds=True)
 
     def run_head() -> RunResults:
         return run_scripts_subprocess(
@@ -393,7 +368,7 @@ def run_base_and_head(
     if threads:
         # base goes first to last, head last to first: they start on different models, and a
         # model neither changed is exported by one and restored from the cache by the other
-        head_options["extra_args"].append("--reverse-order")
+        head_options["options"] = dataclasses.replace(head_options["options"], reverse_order=True)
         with ThreadPoolExecutor(max_workers=2) as pool:
             base_future = pool.submit(load_baseline, settings, out, notes, env, **base_options)
             head = run_head()

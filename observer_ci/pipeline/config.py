@@ -6,7 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from observer_ci.core.constants import FEEDS_MAX_BYTES
-from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB
+from observer_ci.core.run_options import RunOptions
+from observer_ci.pipeline.export_cache import (
+    DEFAULT_CACHE_MAX_MB,
+    MB,
+    resolve_cache_dir,
+    resolve_cache_max_bytes,
+)
 from observer_ci.report.rules import Thresholds
 
 Progress = Callable[[str], None]
@@ -29,6 +35,25 @@ class RunConfig:
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
     merge_decoders: bool = True  # decoder_model_merged.onnx when a decoder has two families
     feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
+
+    @classmethod
+    def from_options(cls, options: RunOptions, thresholds: Thresholds) -> RunConfig:
+        """The child's config from its run options; ``thresholds`` are the gate's, with
+        ``atol``/``rtol`` applied. The cache falls back on its variables here, in the child's
+        environment; a malformed one raises ``ValueError``."""
+        cache_dir = resolve_cache_dir(options.cache_dir)
+        return cls(
+            atol=thresholds.abs_max,
+            rtol=thresholds.rel_max,
+            warmup=options.warmup,
+            repeat=options.repeat,
+            probe=options.probe,
+            merge_decoders=options.merge_decoders,
+            cache_dir=str(cache_dir) if cache_dir else None,
+            cache_max_bytes=resolve_cache_max_bytes(options.cache_max_mb),
+            threads=options.threads,
+            save_feeds=options.save_feeds,
+        )
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""

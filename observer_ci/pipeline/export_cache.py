@@ -46,6 +46,7 @@ from typing import Any
 
 from observer_ci.core.logs import logger
 from observer_ci.core.results import ExportResult
+from observer_ci.core.run_options import parse_cache_max_mb
 
 CACHE_DIR_ENV = "OBSERVER_CI_CACHE_DIR"
 CACHE_MAX_MB_ENV = "OBSERVER_CI_CACHE_MAX_MB"
@@ -72,14 +73,16 @@ def resolve_cache_max_bytes(value: int | str | None, env: Any = None) -> int | N
     else :data:`DEFAULT_CACHE_MAX_MB`; ``None`` for 0 (no cap). Raises ``ValueError`` for a
     value that is not a whole number of MB >= 0."""
     env = os.environ if env is None else env
-    text = str(value).strip() if value is not None and str(value).strip() else None
-    if text is None:
-        text = (env.get(CACHE_MAX_MB_ENV) or "").strip() or str(DEFAULT_CACHE_MAX_MB)
-    if not text.isdigit():
-        raise ValueError(
-            f"the export cache size cap must be a whole number of MB >= 0, got {text!r}"
-        )
-    return int(text) * MB or None
+    if isinstance(value, int):
+        return value * MB or None
+    text = str(value).strip() if value is not None else ""
+    if text:
+        return parse_cache_max_mb(text) * MB or None
+    text = (env.get(CACHE_MAX_MB_ENV) or "").strip()
+    try:
+        return parse_cache_max_mb(text or str(DEFAULT_CACHE_MAX_MB)) * MB or None
+    except ValueError as e:
+        raise ValueError(f"${CACHE_MAX_MB_ENV} {e}") from e
 
 
 # --------------------------------------------------------------------------------------
