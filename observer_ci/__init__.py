@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "InputObserver": "observer_ci.observing.observer",
-    "ObserverError": "observer_ci.observing.observer",
+    "ObserverError": "observer_ci.core.exceptions",
     "observe": "observer_ci.observing.registry",
     "register": "observer_ci.observing.registry",
 }

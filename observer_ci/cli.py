@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from observer_ci.core.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from observer_ci.core.exceptions import UsageError
 from observer_ci.core.results import RunResults
 from observer_ci.core.run_options import RunOptions, parse_cache_max_mb
 
@@ -160,10 +161,6 @@ def command() -> int:
     code = main()
     gc.freeze()
     return code
-
-
-class UsageError(Exception):
-    """Bad arguments or unreadable files: exit 2 with a clear message."""
 
 
 def expand_scripts(patterns: Sequence[str]) -> list[str]:

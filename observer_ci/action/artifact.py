@@ -17,26 +17,13 @@ import json
 import os
 import re
 import stat
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from observer_ci.action.settings import KEY_RE
-from observer_ci.core.results import (
-    STATUSES,
-    Cause,
-    ExportResult,
-    GraphResult,
-    GraphWarning,
-    InputInfo,
-    ModelResult,
-    ObservationResult,
-    PairedLatency,
-    ProbeResult,
-    RunResults,
-)
+from observer_ci.core.exceptions import ArtifactError, NoPayloadError, ResultsSchemaError
+from observer_ci.core.results import RunResults
 from observer_ci.report.rules import RULES, Thresholds, parse_fail_on, parse_thresholds
 
 PAYLOAD_FORMAT = "observer-ci-payload"
@@ -50,15 +37,6 @@ MAX_TOTAL_BYTES = 64 * 1024 * 1024  # all parts together
 MAX_PARTS = 64  # matrix legs published in one comment
 _SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _RUN_ID_RE = re.compile(r"^[0-9]{1,20}$")
-_NON_FINITE = ("nan", "inf", "-inf")  # how results.json spells them
-
-
-class ArtifactError(ValueError):
-    """The payload is missing, too large, malformed or inconsistent: nothing is posted."""
-
-
-class NoPayloadError(ArtifactError):
-    """No ``payload.json`` at all (the pull-request job did not get that far)."""
 
 
 @dataclass(frozen=True)
@@ -235,95 +213,11 @@ def _fail_on(data: Any) -> frozenset[str]:
 
 
 def parse_results(data: Any, where: str) -> RunResults:
-    """A :class:`RunResults` from untrusted JSON whose every field has its schema type."""
+    """A :class:`RunResults` from untrusted JSON whose every field has its schema type
+    (the strict mode of the one results reader)."""
     try:
-        _check_dataclass(RunResults, data, "results")
-        for i, model in enumerate(data.get("models", [])):
-            if model["status"] not in STATUSES:
-                raise ArtifactError(f"results.models[{i}].status is not a known status")
-        return RunResults.from_dict(data)
-    except ArtifactError as e:
+        return RunResults.from_dict(data, strict=True)
+    except ResultsSchemaError as e:
         raise ArtifactError(f"{where}: {e}") from None
-    except (ValueError, TypeError, KeyError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise ArtifactError(f"{where}: results.json: {e}") from None
-
-
-# -- schema check driven by the results dataclasses ------------------------------------
-
-_SCHEMA_CLASSES = (
-    RunResults,
-    ModelResult,
-    InputInfo,
-    ExportResult,
-    ObservationResult,
-    ProbeResult,
-    Cause,
-    GraphWarning,
-    PairedLatency,
-    GraphResult,
-)
-
-
-def _check_dataclass(cls: type, data: Any, path: str) -> None:
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{path} must be an object")
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            if required:
-                raise ArtifactError(f"{path}.{f.name} is missing")
-            continue
-        _check(data[f.name], hints[f.name], f"{path}.{f.name}")
-
-
-def _check(value: Any, hint: Any, path: str) -> None:
-    if not _matches(value, hint, path):
-        raise ArtifactError(f"{path} has the wrong type")
-
-
-def _matches(value: Any, hint: Any, path: str) -> bool:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches_quietly(value, arg, path) for arg in args)
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return type(value) is int
-    if hint is float:
-        return type(value) in (int, float) or value in _NON_FINITE
-    if hint is str:
-        return isinstance(value, str)
-    if origin is list:
-        if not isinstance(value, list):
-            return False
-        for i, item in enumerate(value):
-            _check_item(item, args[0], f"{path}[{i}]")
-        return True
-    if origin is dict:
-        if not isinstance(value, dict):
-            return False
-        for key, item in value.items():
-            _check_item(item, args[1], f"{path}[{key!r:.40}]")
-        return True
-    if hint in _SCHEMA_CLASSES:
-        _check_dataclass(hint, value, path)
-        return True
-    raise AssertionError(f"no schema check for {hint!r}")  # a new field type in results.py
-
-
-def _check_item(value: Any, hint: Any, path: str) -> None:
-    if not _matches(value, hint, path):
-        raise ArtifactError(f"{path} has the wrong type")
-
-
-def _matches_quietly(value: Any, hint: Any, path: str) -> bool:
-    try:
-        return _matches(value, hint, path)
-    except ArtifactError:
-        return False

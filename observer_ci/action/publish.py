@@ -27,6 +27,7 @@ from observer_ci.core.constants import (
     COMMENT_REJECTED,
     COMMENT_STALE,
 )
+from observer_ci.core.exceptions import Rejected
 from observer_ci.core.legs import merge_results
 from observer_ci.core.logs import logger
 from observer_ci.core.results import RunResults
@@ -49,14 +50,6 @@ class Combined:
     comment_key: str
     thresholds: Thresholds
     fail_on: frozenset[str]
-
-
-class Rejected(Exception):
-    """The payload must not be posted; ``status`` is the ``comment_status`` output."""
-
-    def __init__(self, message: str, status: str = COMMENT_REJECTED) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def publish(settings: Settings, client: GitHubClient) -> int:

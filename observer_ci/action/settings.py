@@ -16,13 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import COMMENT_KEY_PATTERN
+from observer_ci.core.exceptions import SettingsError
 from observer_ci.core.run_options import parse_cache_max_mb
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, parse_fail_on, parse_thresholds
-
-
-class SettingsError(ValueError):
-    """A missing or malformed action input."""
-
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}

@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from observer_ci.core.exceptions import ResultsSchemaError
 
 SCHEMA_VERSION = 1
 
@@ -236,7 +240,12 @@ class RunResults:
         return path
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResults:
+    def from_dict(cls, data: dict[str, Any], *, strict: bool = False) -> RunResults:
+        """The one results reader. Lenient (our own files): unknown keys are ignored.
+        ``strict`` (untrusted payloads): every field is checked against its annotation
+        first, and every status is a known one; :class:`ResultsSchemaError` says where."""
+        if strict:
+            check_schema(data)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(
@@ -310,7 +319,7 @@ def _clean_floats(obj: Any) -> Any:
 
 
 def _float_in(value: Any) -> Any:
-    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+    if isinstance(value, str) and value in _NON_FINITE:
         return float(value)
     return value
 
@@ -349,3 +358,78 @@ def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
         if part is not None and isinstance(part.cause, dict):
             part.cause = _build(Cause, part.cause)
     return graph
+
+
+# -- the strict mode: a schema check driven by the dataclasses' annotations -------------
+
+_NON_FINITE = ("nan", "inf", "-inf")  # how results.json spells them
+
+
+def check_schema(data: Any) -> None:
+    """Raises :class:`ResultsSchemaError` unless ``data`` has the results schema's types."""
+    _check_dataclass(RunResults, data, "results")
+    for i, model in enumerate(data.get("models", [])):
+        if model["status"] not in STATUSES:
+            raise ResultsSchemaError(f"results.models[{i}].status is not a known status")
+
+
+def _check_dataclass(cls: type, data: Any, path: str) -> None:
+    if not isinstance(data, dict):
+        raise ResultsSchemaError(f"{path} must be an object")
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.name not in data:
+            required = f.default is MISSING and f.default_factory is MISSING
+            if required:
+                raise ResultsSchemaError(f"{path}.{f.name} is missing")
+            continue
+        _check(data[f.name], hints[f.name], f"{path}.{f.name}")
+
+
+def _check(value: Any, hint: Any, path: str) -> None:
+    if not _matches(value, hint, path):
+        raise ResultsSchemaError(f"{path} has the wrong type")
+
+
+def _matches(value: Any, hint: Any, path: str) -> bool:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches_quietly(value, arg, path) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return type(value) is int
+    if hint is float:
+        return type(value) in (int, float) or value in _NON_FINITE
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list:
+        if not isinstance(value, list):
+            return False
+        for i, item in enumerate(value):
+            _check(item, args[0], f"{path}[{i}]")
+        return True
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False
+        for key, item in value.items():
+            _check(item, args[1], f"{path}[{key!r:.40}]")
+        return True
+    if isinstance(hint, type) and is_dataclass(
+        hint
+    ):  # a nested part of the schema (ModelResult, ExportResult, ...)
+        _check_dataclass(hint, value, path)
+        return True
+    raise AssertionError(f"no schema check for {hint!r}")  # a new field type above
+
+
+def _matches_quietly(value: Any, hint: Any, path: str) -> bool:
+    try:
+        return _matches(value, hint, path)
+    except ResultsSchemaError:
+        return False

@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-class RunOptionsError(ValueError):
-    """A run option of the wrong type or out of range (a usage error: exit 2)."""
+from observer_ci.core.exceptions import RunOptionsError
 
 
 def parse_cache_max_mb(text: str) -> int:

@@ -16,6 +16,8 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
+from observer_ci.core.exceptions import GitHubError
+
 log = logging.getLogger(__name__)
 
 API_VERSION = "2022-11-28"
@@ -26,44 +28,6 @@ BACKOFF_BASE_S = 1.0
 # (an API that does not answer at all costs at most this, not retries x timeouts).
 DEFAULT_DEADLINE_S = 150.0
 _MASK = "***"
-
-
-class GitHubError(Exception):
-    """A GitHub API call failed (HTTP error, exhausted retries or connection error)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        method: str | None = None,
-        url: str | None = None,
-        ambiguous: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.method = method
-        self.url = url
-        # True when a non-idempotent call may or may not have taken effect (5xx, lost
-        # connection): the caller decides how to retry without duplicating.
-        self.ambiguous = ambiguous
-        # Set when GitHub said "rate limited": seconds it asked us to wait, and when
-        # (epoch seconds) the limit resets, if it said so.
-        self.retry_after_s: float | None = None
-        self.rate_limit_reset: float | None = None
-
-    @property
-    def rate_limited(self) -> bool:
-        """A refusal because of a rate limit (not a missing permission)."""
-        if self.status == 429 or self.retry_after_s is not None:
-            return True
-        return self.status == 403 and "rate limit" in self.message.lower()
-
-    def __str__(self) -> str:
-        where = " ".join(part for part in (self.method, self.url) if part)
-        status = f"HTTP {self.status}" if self.status is not None else "no response"
-        return f"{where} -> {status}: {self.message}" if where else f"{status}: {self.message}"
 
 
 def error_message(response: requests.Response) -> str:

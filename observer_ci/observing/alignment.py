@@ -17,16 +17,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from observer_ci.core.exceptions import ObserverError
 from observer_ci.observing import structure
-
-
-class ObserverError(ValueError, RuntimeError):
-    """The observed calls cannot be turned into one export signature.
-
-    A ``ValueError`` (what this project raised first) and a ``RuntimeError`` (what the
-    reference observers raise), so either ``except`` catches it.
-    """
-
 
 # Where a slot's value in one call comes from.
 OBSERVED = "observed"  # a tensor-bearing value the call passed

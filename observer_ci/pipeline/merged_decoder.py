@@ -19,12 +19,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from observer_ci.core.exceptions import MergeError
+
 MERGED_NAME = "decoder_model_merged"
 USE_CACHE_BRANCH = "use_cache_branch"
-
-
-class MergeError(ValueError):
-    """The two graphs cannot be one ``If``: the reason says which part disagrees."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from observer_ci.core.errors import error_tail
+from observer_ci.core.exceptions import FeedError
 from observer_ci.core.results import ObservationResult
 from observer_ci.observing import structure
 from observer_ci.pipeline.causes import explain_ort_failure
@@ -20,10 +21,6 @@ from observer_ci.pipeline.ort_session import make_session
 
 if TYPE_CHECKING:
     from observer_ci.observing.observer import InputObserver
-
-
-class FeedError(ValueError):
-    """The observed inputs cannot be matched with the ONNX model's inputs."""
 
 
 def feed_array(t: torch.Tensor) -> np.ndarray:

@@ -71,3 +71,20 @@ def test_unreadable_results_are_clear_errors(tmp_path):
     bad.write_text("[]")
     with pytest.raises(ValueError, match="expected a JSON object"):
         RunResults.read(bad)
+
+
+def test_one_reader_strict_for_untrusted_payloads_lenient_for_our_own_files():
+    from observer_ci.core.exceptions import ResultsSchemaError
+    from tests.support.builders import export, model, run
+
+    data = run(model(export=export(node_count=12))).to_dict()
+    data["models"][0]["export"]["node_count"] = "12"
+    data["models"][0]["added_by_a_newer_release"] = True
+    lenient = RunResults.from_dict(data)  # our own file: unknown keys ignored, values kept
+    assert lenient.models[0].export.node_count == "12"
+    with pytest.raises(ResultsSchemaError, match=r"models\[0\]\.export has the wrong type"):
+        RunResults.from_dict(data, strict=True)
+    data["models"][0]["export"]["node_count"] = 12
+    data["models"][0]["status"] = "fine"
+    with pytest.raises(ResultsSchemaError, match=r"models\[0\]\.status is not a known status"):
+        RunResults.from_dict(data, strict=True)
