@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from observer_ci.core.cache_inputs import is_cache_input
+
 BATCH = "batch_size"
 SEQUENCE = "sequence_length"
 PAST = "past_sequence_length"
@@ -35,7 +37,6 @@ _TOKEN_INPUTS = {
     "cache_position",
 }
 _ENCODER_INPUTS = {"encoder_outputs", "encoder_hidden_states", "encoder_attention_mask"}
-_CACHE_MARKERS = ("past_key_values", "key_cache", "value_cache", "past_key", "past_value")
 # Torch's anonymous symbols (``s23``); unbacked ones (``u0``) are left alone.
 SYMBOL_RE = re.compile(r"\bs\d+\b")
 
@@ -131,7 +132,7 @@ def _role(cls: DimClass, names: list[str], seq2seq: bool) -> str | None:
 def _axis_role(leaf: str, dim: int, seq2seq: bool) -> str | None:
     if dim == 0:
         return BATCH
-    if any(marker in leaf for marker in _CACHE_MARKERS):
+    if is_cache_input(leaf):
         if "cross_attention" in leaf:
             return ENCODER
         return PAST if dim == 2 else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from observer_ci.core.cache_inputs import is_cache_input
 from observer_ci.core.errors import listed
 from observer_ci.observing.alignment import has_empty_form
 from observer_ci.observing.observer import InputObserver
@@ -23,7 +24,6 @@ ROLE_DECODER = "decoder_model"
 ROLE_DECODER_WITH_PAST = "decoder_with_past_model"
 ROLE_SINGLE = "model"
 ROLE_WINDOW_FULL = "with_past_window_full"  # hybrid cache: the sliding layers are capped
-CACHE_INPUT_MARKERS = ("past_key_values", "past_key_value", "cache")
 
 
 @dataclass
@@ -125,15 +125,15 @@ def name_families(families: list[Family]) -> list[Family]:
         return families
     taken: set[str] = set()
     for k, family in enumerate(families):
-        cache_absent = any(_is_cache(n) for n in family.absent)
+        cache_absent = any(is_cache_input(n) for n in family.absent)
         others_have_cache = any(
-            not any(_is_cache(n) for n in f.absent) for f in families if f is not family
+            not any(is_cache_input(n) for n in f.absent) for f in families if f is not family
         )
         if family.role:
             name = family.role
         elif cache_absent and others_have_cache:
             name = ROLE_DECODER
-        elif not cache_absent and any(any(_is_cache(n) for n in f.absent) for f in families):
+        elif not cache_absent and any(any(is_cache_input(n) for n in f.absent) for f in families):
             name = ROLE_DECODER_WITH_PAST
         elif family.absent:
             name = f"{ROLE_SINGLE}_without_{family.absent[0]}"
@@ -152,7 +152,3 @@ def _window_full(observer: InputObserver, index: int) -> bool:
     from observer_ci.observing.pytrees import sliding_window_full
 
     return any(sliding_window_full(v) for v in observer.observations[index].named.values())
-
-
-def _is_cache(name: str) -> bool:
-    return any(marker in name for marker in CACHE_INPUT_MARKERS)

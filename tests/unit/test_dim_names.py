@@ -2,6 +2,7 @@
 tests/integration/test_causes.py and the example runs)."""
 
 import onnx
+import pytest
 import torch
 from onnx import TensorProto, helper
 
@@ -119,3 +120,22 @@ def test_onnx_axes_renamed_inputs_outputs_and_expressions():
     assert mapping["s43"] == "batch_size"
     assert rename_symbols("u0 + s1", {"s1": "n"}) == "u0 + n"  # unbacked symbols stay
     onnx.checker.check_model(proto)
+
+
+@pytest.mark.parametrize(
+    ("name", "cache"),
+    [
+        ("past_key_values", True),
+        ("past_key_value", True),  # older transformers' argument
+        ("past_key_values_key_cache_0", True),  # a flattened leaf
+        ("past_value_3", True),
+        ("cache_params", True),  # state-space models
+        ("cache_position", False),  # a token index
+        ("input_ids", False),
+        ("attention_mask", False),
+    ],
+)
+def test_one_definition_of_a_cache_input(name: str, cache: bool) -> None:
+    from observer_ci.core.cache_inputs import is_cache_input
+
+    assert is_cache_input(name) is cache
