@@ -423,24 +423,16 @@ def _latency(
     new, old = head.median_ort_latency_s, base.median_ort_latency_s
     if new is None or old is None or old <= 0:
         return []
-    if new < th.min_latency_s and old < th.min_latency_s:
-        return []
-    ratio = new / old
-    if ratio <= th.latency_ratio_max:
-        return []
-    message = (
-        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}, separate runs): "
-        f"{format_seconds(old)} → {format_seconds(new)}"
-    )
     new_runs, old_runs = head.latency_range("ort"), base.latency_range("ort")
+    noise = None
     if new_runs is not None and old_runs is not None:
-        if new_runs[0] <= old_runs[1]:
-            return []  # within the noise: head's fast runs are no slower than base's slow runs
-        message += (
-            f", beyond the noise (head's 10th percentile {format_seconds(new_runs[0])} > "
-            f"base's 90th {format_seconds(old_runs[1])})"
+        # within the noise: head's fast runs are no slower than base's slow runs
+        noise = (
+            new_runs[0] <= old_runs[1],
+            f"head's 10th percentile {format_seconds(new_runs[0])} > "
+            f"base's 90th {format_seconds(old_runs[1])}",
         )
-    return [_reg(head, "latency_ratio", message, old, new, fail_on)]
+    return _slower(head, th, fail_on, new / old, old, new, "separate runs", noise)
 
 
 def _paired_latency(
@@ -449,23 +441,40 @@ def _paired_latency(
     """The paired ratio is the median over base/head pairs timed alternately; it is beyond
     the noise when head was slower in at least 90% of the pairs (10th percentile > 1)."""
     assert paired.ratio is not None
-    new, old = paired.head_s, paired.base_s
+    noise = None
+    if paired.ratio_low is not None:
+        # within the noise: base was as fast as head in over 10% of the pairs
+        noise = (
+            paired.ratio_low <= 1.0,
+            f"head slower in 90% of the pairs: 10th percentile ×{paired.ratio_low:.3g}",
+        )
+    how = f"paired: timed interleaved, {paired.rounds} rounds × {plural(paired.calls, 'call')}"
+    return _slower(head, th, fail_on, paired.ratio, paired.base_s, paired.head_s, how, noise)
+
+
+def _slower(
+    head: ModelResult,
+    th: Thresholds,
+    fail_on: set[str],
+    ratio: float,
+    old: float | None,
+    new: float | None,
+    how: str,
+    noise: tuple[bool, str] | None,
+) -> list[Regression]:
+    """The ``latency_ratio`` rule once a timing gave its ratio: quiet when both medians are
+    under ``min_latency_s``, the ratio is within ``latency_ratio_max`` or ``noise`` says
+    "within the noise" (``(True, _)``); ``noise`` is None when the timing cannot tell."""
     if new is not None and old is not None and max(new, old) < th.min_latency_s:
         return []
-    if paired.ratio <= th.latency_ratio_max:
+    if ratio <= th.latency_ratio_max or (noise is not None and noise[0]):
         return []
-    if paired.ratio_low is not None and paired.ratio_low <= 1.0:
-        return []  # within the noise: base was as fast as head in over 10% of the pairs
     message = (
-        f"ORT median latency ×{paired.ratio:.3g} (> ×{th.latency_ratio_max:.3g}, paired: "
-        f"timed interleaved, {paired.rounds} rounds × {plural(paired.calls, 'call')}): "
+        f"ORT median latency ×{ratio:.3g} (> ×{th.latency_ratio_max:.3g}, {how}): "
         f"{format_seconds(old)} → {format_seconds(new)}"
     )
-    if paired.ratio_low is not None:
-        message += (
-            f", beyond the noise (head slower in 90% of the pairs: 10th percentile "
-            f"×{paired.ratio_low:.3g})"
-        )
+    if noise is not None:
+        message += f", beyond the noise ({noise[1]})"
     return [_reg(head, "latency_ratio", message, old, new, fail_on)]
 
 
