@@ -42,38 +42,11 @@ def merge_decoders(with_past: str | Path, without_past: str | Path, out: str | P
     past = onnx.load(str(with_past))
     first = onnx.load(str(without_past))
     _check_compatible(past, first)
-    outer: dict[str, TensorProto] = {}  # merged name -> tensor
-    by_content: dict[str, str] = {}  # content digest -> merged name
-    saved = 0
-    shared = 0
-    renames: list[dict[str, str]] = []
-    for prefix, model in (("past", past), ("first", first)):
-        rename: dict[str, str] = {}
-        for tensor in model.graph.initializer:
-            digest = _digest(tensor)
-            if digest in by_content:
-                rename[tensor.name] = by_content[digest]
-                saved += _nbytes(tensor)
-                shared += 1
-                continue
-            name = tensor.name if tensor.name not in outer else f"{prefix}/{tensor.name}"
-            copy = TensorProto()
-            copy.CopyFrom(tensor)
-            copy.name = name
-            outer[name] = copy
-            by_content[digest] = name
-            rename[tensor.name] = name
-        renames.append(rename)
-    inputs = list(past.graph.input)
+    weights = _SharedInitializers()
+    renames = [weights.add(prefix, model) for prefix, model in (("past", past), ("first", first))]
+    inputs = _merged_inputs(past, first)
     names = {i.name for i in inputs}
-    position = {i.name: k for k, i in enumerate(inputs)}
-    for value in first.graph.input:
-        if value.name in names:
-            inputs[position[value.name]] = _widened(inputs[position[value.name]], value)
-        else:
-            inputs.append(value)
-            names.add(value.name)
-    outer_names = names | set(outer) | {USE_CACHE_BRANCH}
+    outer_names = names | set(weights.outer) | {USE_CACHE_BRANCH}
     then_branch = _branch(past.graph, "past", renames[0], names, outer_names)
     else_branch = _branch(first.graph, "first", renames[1], names, outer_names)
     outputs = [  # ranks kept, sizes left open (the branches differ in them)
@@ -92,7 +65,7 @@ def merge_decoders(with_past: str | Path, without_past: str | Path, out: str | P
     )
     flag = helper.make_tensor_value_info(USE_CACHE_BRANCH, TensorProto.BOOL, [1])
     graph = helper.make_graph(
-        [node], MERGED_NAME, [*inputs, flag], outputs, initializer=list(outer.values())
+        [node], MERGED_NAME, [*inputs, flag], outputs, initializer=list(weights.outer.values())
     )
     model = helper.make_model(graph, opset_imports=list(past.opset_import))
     model.ir_version = past.ir_version
@@ -101,7 +74,50 @@ def merge_decoders(with_past: str | Path, without_past: str | Path, out: str | P
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out))
-    return MergeFacts(str(out), shared, saved, out.stat().st_size)
+    return MergeFacts(str(out), weights.shared, weights.saved, out.stat().st_size)
+
+
+class _SharedInitializers:
+    """The merged file's initializers: one copy per distinct content."""
+
+    def __init__(self) -> None:
+        self.outer: dict[str, TensorProto] = {}  # merged name -> tensor
+        self.by_content: dict[str, str] = {}  # content digest -> merged name
+        self.saved = 0  # bytes not stored twice
+        self.shared = 0  # initializers stored once for both branches
+
+    def add(self, prefix: str, model: onnx.ModelProto) -> dict[str, str]:
+        """Adds ``model``'s initializers; returns its renames (own name -> merged name)."""
+        rename: dict[str, str] = {}
+        for tensor in model.graph.initializer:
+            digest = _digest(tensor)
+            if digest in self.by_content:
+                rename[tensor.name] = self.by_content[digest]
+                self.saved += _nbytes(tensor)
+                self.shared += 1
+                continue
+            name = tensor.name if tensor.name not in self.outer else f"{prefix}/{tensor.name}"
+            copy = TensorProto()
+            copy.CopyFrom(tensor)
+            copy.name = name
+            self.outer[name] = copy
+            self.by_content[digest] = name
+            rename[tensor.name] = name
+        return rename
+
+
+def _merged_inputs(past: onnx.ModelProto, first: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The with-past graph's inputs, then the others of the first step's; an input both
+    have gets the wider type of the two."""
+    inputs = list(past.graph.input)
+    position = {i.name: k for k, i in enumerate(inputs)}
+    for value in first.graph.input:
+        if value.name in position:
+            inputs[position[value.name]] = _widened(inputs[position[value.name]], value)
+        else:
+            position[value.name] = len(inputs)
+            inputs.append(value)
+    return inputs
 
 
 def merged_feeds(
