@@ -16,18 +16,18 @@ from observer_ci.action.artifact import (
     write_payload,
 )
 from observer_ci.action.settings import Settings, SettingsError
-from observer_ci.core.results import ModelResult, ObservationResult, ProbeResult, RunResults
+from observer_ci.core.results import ProbeResult, RunResults
 from observer_ci.github.sticky import MARKER, parse_marker, sticky_marker, with_marker
 from observer_ci.report.rules import Thresholds
+from tests.support.builders import model, observation, run
 
 SHA = "c" * 40
 
 
 def a_run() -> RunResults:
     probe = ProbeResult(ran=True, ok=True, success=False, abs=float("nan"), shapes={"x": [7, 3]})
-    obs = ObservationResult(index=0, ok=True, success=True, abs=0.0, rel=float("inf"))
-    m = ModelResult(name="m", script="s.py", status="ok", observations=[obs], probe=probe)
-    return RunResults(models=[m], environment={"torch": "2.13.0"}, label="head")
+    obs = observation(0, abs_=0.0, rel=float("inf"))  # non-finite values survive the trip
+    return run(model(observations=[obs], probe=probe), env={"torch": "2.13.0"})
 
 
 def a_payload(**changes) -> Payload:

@@ -6,31 +6,16 @@ import pytest
 
 from observer_ci.action.settings import Settings, SettingsError
 from observer_ci.cli import expand_scripts, main
-from observer_ci.core.results import (
-    ExportResult,
-    InputInfo,
-    ModelResult,
-    ObservationResult,
-    RunResults,
-)
+from observer_ci.core.results import RunResults
 from observer_ci.core.workflow_commands import render_cut, workflow_escape
 from observer_ci.report.rules import RULES
+from tests.support.builders import export, model, observation, run
 
 
 def results(label: str, abs_: float, nodes: int = 10, name: str = "m") -> RunResults:
-    model = ModelResult(
-        name=name,
-        script="s.py",
-        status="ok",
-        inputs=[InputInfo("x", "torch.float32", [[2, 3], [4, 3]], [0])],
-        export=ExportResult(ok=True, node_count=nodes, input_names=["x"]),
-        observations=[
-            ObservationResult(
-                index=0, ok=True, success=True, abs=abs_, rel=abs_, ort_latency_s=1e-3
-            )
-        ],
-    )
-    return RunResults(models=[model], label=label, environment={"torch": "2.13.0"})
+    calls = [observation(0, abs_=abs_, rel=abs_)]
+    one = model(name, export=export(node_count=nodes), observations=calls)
+    return run(one, label=label, env={"torch": "2.13.0"})
 
 
 def test_compare_exit_codes_follow_the_gate(tmp_path, capsys):

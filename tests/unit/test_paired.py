@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from observer_ci.core.results import ExportResult, ModelResult, ObservationResult, PairedLatency
+from observer_ci.core.results import ModelResult, PairedLatency
 from observer_ci.core.results import RunResults as Results  # noqa: N814
 from observer_ci.pipeline.paired import (
     feeds_path,
@@ -18,6 +18,7 @@ from observer_ci.pipeline.paired import (
     time_pair,
 )
 from observer_ci.report.rules import Thresholds, compare
+from tests.support.builders import export, model, observation
 
 
 def graph(path, op: str, input_name: str = "x", repeat: int = 1) -> str:
@@ -42,12 +43,10 @@ def graph(path, op: str, input_name: str = "x", repeat: int = 1) -> str:
 
 
 def model_result(name: str, onnx_path: str, ort_s: float) -> ModelResult:
-    return ModelResult(
-        name=name,
-        script="s.py",
-        status="ok",
-        export=ExportResult(ok=True, onnx_path=onnx_path, node_count=1),
-        observations=[ObservationResult(index=0, ok=True, success=True, ort_latency_s=ort_s)],
+    return model(
+        name,
+        export=export(onnx_path=onnx_path, node_count=1),
+        observations=[observation(0, ort=ort_s)],
     )
 
 
