@@ -41,9 +41,9 @@ from observer_ci.github.sticky import FALLBACK_COMMENT_MAX_CHARS as FALLBACK_COM
 from observer_ci.github.sticky import MARKER, parse_marker
 from observer_ci.report.markdown import GITHUB_MAX_CHARS, TRUNCATION_NOTE, render_report
 from observer_ci.report.rules import Thresholds, compare, parse_fail_on
+from tests.support import REPO_ROOT
 from tests.support.fake_github import FakeGitHub
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO_ROOT / "entrypoint.py"
 MLP_SCRIPT = REPO_ROOT / "examples" / "mlp_classifier.py"
 # random per session: the secret-hunting scripts read every process on the machine, other

@@ -11,8 +11,9 @@ import pytest
 
 from observer_ci.core.results import RunResults
 from observer_ci.report.escape import escape_text
+from tests.support import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 MODEL_V1 = """
 import torch

@@ -40,9 +40,9 @@ from observer_ci.core.results import (
 from observer_ci.github.sticky import MARKER, parse_marker
 from observer_ci.report.escape import ZWJ
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds
+from tests.support import REPO_ROOT
 from tests.support.fake_github import FakeGitHub
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO_ROOT / "entrypoint.py"
 TOKEN = "ghs_publishSecretToken0123456789abcdef"
 OWNER, REPO = "octo", "models"

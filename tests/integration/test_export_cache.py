@@ -18,8 +18,9 @@ from observer_ci.observing.observer import InputObserver
 from observer_ci.pipeline.config import RunConfig
 from observer_ci.pipeline.export_cache import MANIFEST, ExportCache, export_key
 from observer_ci.pipeline.scripts import run_scripts
+from tests.support import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = REPO_ROOT
 MLP = REPO / "examples" / "mlp_classifier.py"
 FAST = RunConfig(warmup=0, repeat=1, probe=False)
 

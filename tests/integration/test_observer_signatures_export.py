@@ -3,7 +3,6 @@ through a non-forward method), ``*args``/``**kwargs``, and a ``torch.onnx.InputO
 registered with the runner."""
 
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from observer_ci.core.results import STATUS_OBSERVE_FAILED, STATUS_OK
 from observer_ci.pipeline.config import RunConfig
 from observer_ci.pipeline.export import export_observed
 from observer_ci.pipeline.scripts import run_script
+from tests.support import REPO_ROOT
 
 
 def t(*shape):
@@ -91,7 +91,7 @@ def test_runner_export_and_replay(kind, tmp_path):
     assert [r["SUCCESS"] for r in rows] == [True, True], rows
 
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch_input_observer.py"
+EXAMPLE = REPO_ROOT / "examples" / "torch_input_observer.py"
 
 UNPAIRED = """
 import torch

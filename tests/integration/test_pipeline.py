@@ -22,8 +22,9 @@ from observer_ci.pipeline.export import export_observed
 from observer_ci.pipeline.model_steps import process_model
 from observer_ci.pipeline.scripts import run_script, run_scripts
 from observer_ci.report.markdown import render_report
+from tests.support import REPO_ROOT
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = REPO_ROOT / "examples"
 FAST = RunConfig(warmup=1, repeat=3)
 
 

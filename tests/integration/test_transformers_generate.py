@@ -1,7 +1,5 @@
 """generate() of a random tiny Llama with a DynamicCache, observed end to end."""
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -10,8 +8,9 @@ pytest.importorskip("transformers", reason="optional extra 'transformers' is not
 from observer_ci.core.results import STATUS_OK  # noqa: E402
 from observer_ci.pipeline.config import RunConfig  # noqa: E402
 from observer_ci.pipeline.scripts import run_script  # noqa: E402
+from tests.support import REPO_ROOT
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "tiny_llama_generate.py"
+SCRIPT = REPO_ROOT / "examples" / "tiny_llama_generate.py"
 
 
 def one_layer_llama():

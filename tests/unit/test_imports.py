@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support import REPO_ROOT
+
 HEAVY = ("torch", "pandas", "transformers", "onnxruntime", "numpy")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 
 
 def loaded_after(code: str) -> dict[str, bool]:

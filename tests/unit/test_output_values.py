@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -17,8 +16,9 @@ from observer_ci.core.constants import (
     GATE_STATUSES,
     PUBLISH_ONLY_COMMENT_STATUSES,
 )
+from tests.support import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 # The modules that write the action's outputs.
 WRITERS = ("action/main.py", "github/sticky.py", "action/publish.py")
 _GROUPS = {"COMMENT_": COMMENT_STATUSES, "GATE_": GATE_STATUSES}

@@ -11,7 +11,6 @@ import shlex
 import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,8 +20,9 @@ from packaging.requirements import Requirement
 from observer_ci.action.keep_installed import constraints_keeping_installed
 from observer_ci.action.main import DEPRECATED_OUTPUTS
 from observer_ci.action.settings import DEPRECATED_INPUTS
+from tests.support import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO_ROOT
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 IMAGE_NAME = "input-observer-action"
 

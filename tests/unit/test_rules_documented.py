@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 from observer_ci.report.markdown import render_report
 from observer_ci.report.rules import RULE_TABLE, RULES, Thresholds
 from observer_ci.report.tables import format_float
+from tests.support import REPO_ROOT
 from tests.support.builders import model, observation, run
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def paragraph(start: str) -> str:
