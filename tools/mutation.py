@@ -45,17 +45,17 @@ MODULES: dict[str, Module] = {
     "diff": Module(
         "observer_ci/pipeline/diff.py",
         ("observer_ci.pipeline.diff.*",),
-        ("tests/unit/test_diff.py", "tests/unit/test_diff_properties.py"),
+        ("tests/unit/pipeline/test_diff.py", "tests/unit/pipeline/test_diff_properties.py"),
     ),
     "rules": Module(
         "observer_ci/report/rules.py",
         ("observer_ci.report.rules.*",),
-        ("tests/unit/test_baseline.py", "tests/unit/test_rules_boundaries.py"),
+        ("tests/unit/report/test_baseline.py", "tests/unit/report/test_rules_boundaries.py"),
     ),
     "escape": Module(
         "observer_ci/report/escape.py",
         ("observer_ci.report.escape.*",),
-        ("tests/unit/test_escape.py", "tests/unit/test_report.py"),
+        ("tests/unit/report/test_escape.py", "tests/unit/report/test_report.py"),
     ),
     "report_fitting": Module(
         "observer_ci/report/markdown.py",
@@ -66,14 +66,14 @@ MODULES: dict[str, Module] = {
             "observer_ci.report.markdown.x__level_texts*",
             "observer_ci.report.markdown.x__hard_cut*",
         ),
-        ("tests/unit/test_report.py", "tests/unit/test_report_fitting.py"),
+        ("tests/unit/report/test_report.py", "tests/unit/report/test_report_fitting.py"),
     ),
     "sticky_selection": Module(
         "observer_ci/github/sticky.py",
         ("observer_ci.github.sticky.*",),
         (
-            "tests/unit/test_github_pure.py",
-            "tests/unit/test_sticky_selection.py",
+            "tests/unit/github/test_github_pure.py",
+            "tests/unit/github/test_sticky_selection.py",
             "tests/integration/test_github_client.py",
             "tests/integration/test_client_faults.py",
             "tests/integration/test_post_report.py",
@@ -83,7 +83,7 @@ MODULES: dict[str, Module] = {
         "observer_ci/github/client.py",
         ("observer_ci.github.client.*",),
         (
-            "tests/unit/test_github_pure.py",
+            "tests/unit/github/test_github_pure.py",
             "tests/integration/test_github_client.py",
             "tests/integration/test_client_faults.py",
         ),
@@ -91,7 +91,7 @@ MODULES: dict[str, Module] = {
     "observer": Module(
         "observer_ci/observing/observer.py",
         ("observer_ci.observing.observer.*",),
-        ("tests/unit/test_observer.py", "tests/unit/test_observer_sample_choice.py"),
+        ("tests/unit/observing/test_observer.py", "tests/unit/observing/test_observer_sample_choice.py"),
     ),
     # the inference itself (alignment, dynamic dims, fill-ins, candidate ranking) lives here
     # since the observer was split; observer.py is the facade
@@ -99,10 +99,10 @@ MODULES: dict[str, Module] = {
         "observer_ci/observing/alignment.py",
         ("observer_ci.observing.alignment.*",),
         (
-            "tests/unit/test_observer.py",
-            "tests/unit/test_observer_sample_choice.py",
-            "tests/unit/test_observer_parity.py",
-            "tests/unit/test_alignment_messages.py",
+            "tests/unit/observing/test_observer.py",
+            "tests/unit/observing/test_observer_sample_choice.py",
+            "tests/unit/observing/test_observer_parity.py",
+            "tests/unit/observing/test_alignment_messages.py",
         ),
     ),
 }
