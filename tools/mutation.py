@@ -91,7 +91,10 @@ MODULES: dict[str, Module] = {
     "observer": Module(
         "observer_ci/observing/observer.py",
         ("observer_ci.observing.observer.*",),
-        ("tests/unit/observing/test_observer.py", "tests/unit/observing/test_observer_sample_choice.py"),
+        (
+            "tests/unit/observing/test_observer.py",
+            "tests/unit/observing/test_observer_sample_choice.py",
+        ),
     ),
     # the inference itself (alignment, dynamic dims, fill-ins, candidate ranking) lives here
     # since the observer was split; observer.py is the facade
