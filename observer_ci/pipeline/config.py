@@ -21,7 +21,9 @@ class RunConfig:
     rtol: float = Thresholds.rel_max
     hist: tuple[float, ...] = (0.1, 0.01)
     warmup: int = 2
-    repeat: int = 10
+    repeat: int = 10  # at most; fewer once a call has used its time budget
+    time_budget_s: float | None = 1.0  # per call and engine (None: always ``repeat`` runs)
+    torch_threads: int | None = 1  # torch timed with one thread (None: torch's default)
     probe: bool = True
     cache_dir: str | None = None  # export cache shared by runs (None: no cache)
     cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB  # its size cap (None: no cap)
@@ -38,5 +40,8 @@ class RunConfig:
             "hist": list(self.hist),
             "warmup": self.warmup,
             "repeat": self.repeat,
+            "time_budget_s": self.time_budget_s,
+            "torch_threads": self.torch_threads,
+            "ort_threads": self.threads,
             "probe": self.probe,
         }

@@ -29,7 +29,6 @@ from observer_ci.pipeline.causes import (
     explain_exception,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
-from observer_ci.pipeline.export import export_observed
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.probe import run_probe
@@ -70,6 +69,10 @@ def export_model(
     flags = entry.set_batch_dimension_for if observer is None else set_batch_dimension_for
 
     def export() -> ExportResult:
+        # onnx, onnxscript and the exporter load only when an export runs: a cache hit
+        # needs none of them (their import is most of a small hit's time)
+        from observer_ci.pipeline.export import export_observed
+
         register_if_imported()  # the script may have imported transformers after observing
         return export_observed(
             entry.model,
@@ -270,6 +273,8 @@ class FamilyServer:
                     hist=config.hist,
                     warmup=config.warmup,
                     repeat=config.repeat,
+                    budget_s=config.time_budget_s,
+                    threads=config.torch_threads,
                 ).result
                 row.index, row.family = index, family.name
                 row.stand_ins, _made_up = stand_ins(sub, local, dynamic)
@@ -281,7 +286,8 @@ class FamilyServer:
                 rows[index] = row
         self.progress(
             f"{shown}: replayed {len(family.indices)} calls "
-            f"({config.warmup} warm-up + {config.repeat} timed runs each) "
+            f"(up to {config.warmup} warm-up + {config.repeat} timed runs each, "
+            f"{config.time_budget_s}s budget per call and engine) "
             f"in {time.perf_counter() - begin:.1f}s"
         )
         return rows
@@ -305,17 +311,17 @@ class FamilyServer:
         """``decoder_model_merged``: the two decoder graphs behind one ``If`` with their
         weights stored once, checked on every observed call (``None`` when the families are
         not a decoder and a decoder with past, or one of them failed)."""
-        from observer_ci.pipeline.diff import flatten_outputs, max_diff
-        from observer_ci.pipeline.export import describe_onnx
-        from observer_ci.pipeline.merged_decoder import MERGED_NAME, merge_decoders, merged_feeds
-        from observer_ci.pipeline.replay import match_feeds
-
         by_name = {g.name: g for g in graphs}
         past, first = by_name.get(ROLE_DECODER_WITH_PAST), by_name.get(ROLE_DECODER)
         if past is None or first is None or len(graphs) != 2:
             return None
         if not all(g.export is not None and g.export.ok for g in (past, first)):
             return None
+        from observer_ci.pipeline.diff import flatten_outputs, max_diff
+        from observer_ci.pipeline.export import describe_onnx
+        from observer_ci.pipeline.merged_decoder import MERGED_NAME, merge_decoders, merged_feeds
+        from observer_ci.pipeline.replay import match_feeds
+
         path = self.path(MERGED_NAME)
         graph = GraphResult(
             name=MERGED_NAME,

@@ -347,7 +347,8 @@ class _Renderer:
             "outputs over every replayed call; rel is `|torch - ort| / (|torch| + 1e-3)`.",
             "- **ORT / torch**: median latency of a call over the timed runs; in brackets the "
             "10th and 90th percentiles of those runs (the noise of this machine)"
-            + ("; `· ×1.2 vs base` compares with base's separate run." if against else "."),
+            + ("; `· ×1.2 vs base` compares with base's separate run." if against else ".")
+            + _timing_settings(self.head.settings),
         ]
         if self.versus_base:
             lines.append(
@@ -459,6 +460,29 @@ def _error_cell(model: ModelResult, old: ModelResult | None, metric: str) -> str
     if old is not None and value is not None:
         text += _change(value, worst_error(old, metric))
     return text
+
+
+def _timing_settings(settings: dict[str, object]) -> str:
+    """How the timed runs were made, as results.json recorded it (older files: nothing)."""
+    if "torch_threads" not in settings:
+        return ""
+
+    def threads(value: object) -> str:
+        if not isinstance(value, int) or value <= 0:
+            return "its default threads"
+        return f"{value} thread" + ("s" if value != 1 else "")
+
+    text = (
+        f" torch timed with {threads(settings.get('torch_threads'))}, onnxruntime with "
+        f"{threads(settings.get('ort_threads'))}"
+    )
+    budget = settings.get("time_budget_s")
+    if budget:
+        text += (
+            f"; up to {settings.get('repeat')} timed runs per call, fewer (at least 3) once "
+            f"a call has used {budget}s"
+        )
+    return text + "."
 
 
 def _latency_cell(model: ModelResult, old: ModelResult | None, runtime: str) -> str:
