@@ -147,6 +147,12 @@ def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset
         return onnx_export(module, args, kwargs, dynamic_shapes, opset)
 
 
+# Weights past this size are saved beside the graph (``<name>.onnx.data``): the graph file
+# then stays small, so naming its axes and describing it never load the weights again, and
+# saving never builds one proto holding them all (peak memory follows the weights).
+EXTERNAL_DATA_MIN_BYTES = 64 << 20
+
+
 def _needs_external_data(program: Any) -> bool:
     try:
         size = sum(
@@ -156,7 +162,7 @@ def _needs_external_data(program: Any) -> bool:
         )
     except Exception:
         return False
-    return size > 1_800_000_000
+    return size > EXTERNAL_DATA_MIN_BYTES
 
 
 def describe_onnx(onnx_path: str | Path) -> ExportResult:

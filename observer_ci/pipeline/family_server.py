@@ -39,6 +39,13 @@ from observer_ci.pipeline.replay import make_session, replay_observation
 MAX_FILENAME_CHARS = 120
 
 
+def external_data_files(onnx_path: Path) -> list[Path]:
+    """The files beside ``onnx_path`` holding its external weights (``<graph>.onnx.data``
+    as torch saves them; the graph names them relative to its folder)."""
+    stem = onnx_path.name.removesuffix(".moving")
+    return sorted(p for p in onnx_path.parent.glob(stem + ".data*") if p.is_file())
+
+
 def safe_filename(name: str) -> str:
     """A file name for ``name``: unsafe characters replaced; a long name is cut and
     given a hash of the full name, so two long names sharing a prefix stay apart."""
@@ -191,11 +198,14 @@ class FamilyServer:
                 moved_feeds = feeds.with_name(feeds.name + ".moving")
                 if feeds.exists():
                     feeds.replace(moved_feeds)
-                temporary.append((graph, moved, moved_feeds))
-        for graph, moved, moved_feeds in temporary:
+                temporary.append((graph, moved, moved_feeds, external_data_files(moved)))
+        for graph, moved, moved_feeds, data_files in temporary:
             target = self.path(graph.name)
             target.parent.mkdir(parents=True, exist_ok=True)
             moved.replace(target)
+            for data in data_files:  # the graph names them relative to its folder
+                if data.parent != target.parent:
+                    data.replace(target.parent / data.name)
             if moved_feeds.exists():
                 moved_feeds.replace(feeds_path(target))
             graph.export.onnx_path = str(target)

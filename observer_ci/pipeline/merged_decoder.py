@@ -11,6 +11,7 @@ feed them anything of the right type and rank (0-length where a dim is symbolic)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,32 +41,59 @@ class MergeFacts:
 def merge_decoders(with_past: str | Path, without_past: str | Path, out: str | Path) -> MergeFacts:
     """Writes ``out``: ``If(use_cache_branch, with_past, without_past)`` with one copy of
     each distinct initializer. Raises :class:`MergeError` when the graphs disagree on their
-    outputs (count, element types), opsets or functions."""
-    past = onnx.load(str(with_past))
-    first = onnx.load(str(without_past))
+    outputs (count, element types), opsets or functions.
+
+    Memory follows one tensor, not the models: the graphs are read without their external
+    data, tensors are compared by a digest of their raw bytes read one at a time, and the
+    distinct external tensors are streamed into ``<out>.data`` (inline ones stay inline)."""
+    past = onnx.load(str(with_past), load_external_data=False)
+    first = onnx.load(str(without_past), load_external_data=False)
     _check_compatible(past, first)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = _DataFile(out.parent / f"{out.name}.data")
     outer: dict[str, TensorProto] = {}  # merged name -> tensor
     by_content: dict[str, str] = {}  # content digest -> merged name
     saved = 0
     shared = 0
     renames: list[dict[str, str]] = []
-    for prefix, model in (("past", past), ("first", first)):
-        rename: dict[str, str] = {}
-        for tensor in model.graph.initializer:
-            digest = _digest(tensor)
-            if digest in by_content:
-                rename[tensor.name] = by_content[digest]
-                saved += _nbytes(tensor)
-                shared += 1
-                continue
-            name = tensor.name if tensor.name not in outer else f"{prefix}/{tensor.name}"
-            copy = TensorProto()
-            copy.CopyFrom(tensor)
-            copy.name = name
-            outer[name] = copy
-            by_content[digest] = name
-            rename[tensor.name] = name
-        renames.append(rename)
+    try:
+        for prefix, model, source in (("past", past, with_past), ("first", first, without_past)):
+            rename: dict[str, str] = {}
+            for tensor in model.graph.initializer:
+                raw = _raw_bytes(tensor, Path(source).parent)
+                digest = _digest(tensor, raw)
+                if digest in by_content:
+                    rename[tensor.name] = by_content[digest]
+                    saved += len(raw)
+                    shared += 1
+                    continue
+                name = tensor.name if tensor.name not in outer else f"{prefix}/{tensor.name}"
+                copy = TensorProto()
+                copy.CopyFrom(tensor)  # an external tensor's proto holds no data: small
+                copy.name = name
+                if tensor.data_location == TensorProto.EXTERNAL:
+                    data.append(copy, raw)
+                outer[name] = copy
+                by_content[digest] = name
+                rename[tensor.name] = name
+            renames.append(rename)
+    finally:
+        data.close()
+    model = _merged_model(past, first, renames, outer)
+    onnx.save(model, str(out))
+    onnx.checker.check_model(str(out))  # by path: external data and large files checked too
+    size = out.stat().st_size + data.size
+    return MergeFacts(str(out), shared, saved, size)
+
+
+def _merged_model(
+    past: onnx.ModelProto,
+    first: onnx.ModelProto,
+    renames: list[dict[str, str]],
+    outer: dict[str, TensorProto],
+) -> onnx.ModelProto:
+    """The ``If`` model over the two graphs, the initializers given (already renamed)."""
     inputs = list(past.graph.input)
     names = {i.name for i in inputs}
     position = {i.name: k for k, i in enumerate(inputs)}
@@ -99,11 +127,50 @@ def merge_decoders(with_past: str | Path, without_past: str | Path, out: str | P
     model = helper.make_model(graph, opset_imports=list(past.opset_import))
     model.ir_version = past.ir_version
     model.functions.extend(past.functions)
-    onnx.checker.check_model(model)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(out))
-    return MergeFacts(str(out), shared, saved, out.stat().st_size)
+    return model
+
+
+class _DataFile:
+    """``<merged>.data``, opened on the first external tensor: tensors appended one by one,
+    each proto pointed at its bytes (location, offset, length)."""
+
+    def __init__(self, path: Path):
+        self.path, self.size, self._handle = path, 0, None
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # an earlier run's file (possibly linked from the export cache)
+
+    def append(self, tensor: TensorProto, raw: bytes) -> None:
+        if self._handle is None:
+            self._handle = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        offset = self.size
+        self._handle.write(raw)
+        self.size += len(raw)
+        del tensor.external_data[:]
+        for key, value in (("location", self.path.name), ("offset", offset), ("length", len(raw))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, str(value)
+        tensor.data_location = TensorProto.EXTERNAL
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+
+def _raw_bytes(tensor: TensorProto, base: Path) -> bytes:
+    """The tensor's bytes as stored: ``raw_data``, its external file's slice, or (typed
+    fields) the array's bytes."""
+    if tensor.data_location == TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        if not location or Path(location).name != location:
+            raise MergeError(f"tensor {tensor.name!r} points outside its folder: {location!r}")
+        with open(base / location, "rb") as f:
+            f.seek(int(info.get("offset", 0)))
+            length = info.get("length")
+            return f.read(int(length)) if length is not None else f.read()
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data
+    return np.ascontiguousarray(numpy_helper.to_array(tensor)).tobytes()
 
 
 def merged_feeds(
@@ -177,10 +244,6 @@ def _check_compatible(past: onnx.ModelProto, first: onnx.ModelProto) -> None:
         functions[0]
     ):
         raise MergeError("the graphs hold different local functions")
-    if any(
-        i.data_location == TensorProto.EXTERNAL for m in (past, first) for i in m.graph.initializer
-    ):
-        raise MergeError("the graphs keep their weights in external data (over 2 GB)")
 
 
 def _branch(
@@ -230,13 +293,8 @@ def _branch(
     return helper.make_graph(nodes, f"{prefix}_branch", [], outputs)
 
 
-def _digest(tensor: TensorProto) -> str:
-    array = numpy_helper.to_array(tensor)
+def _digest(tensor: TensorProto, raw: bytes) -> str:
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{tensor.data_type}:{array.shape}".encode())
-    h.update(np.ascontiguousarray(array).tobytes())
+    h.update(f"{tensor.data_type}:{list(tensor.dims)}:".encode())
+    h.update(raw)
     return h.hexdigest()
-
-
-def _nbytes(tensor: TensorProto) -> int:
-    return int(numpy_helper.to_array(tensor).nbytes)
