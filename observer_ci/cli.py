@@ -80,6 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--journal", help="append each script's rows to this JSON-lines file once it is done"
     )
+    run.add_argument(
+        "--bundles",
+        choices=("failing", "all", "none"),
+        default="failing",
+        help="reproducer bundles under OUT/bundles/: for graphs with a failing call (default), "
+        "for every graph, or none",
+    )
 
     compare = sub.add_parser("compare", help="compare two results.json files")
     compare.add_argument("base")
@@ -103,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("head", help="results.json of the head run (--save-feeds), updated")
     pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
     pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
+
+    replay = sub.add_parser(
+        "replay", help="rerun onnxruntime on a reproducer bundle (OUT/bundles/MODEL/GRAPH)"
+    )
+    replay.add_argument("bundle", help="a bundle folder (holding bundle.json)")
+    replay.add_argument(
+        "--provider", default="cpu", help="onnxruntime provider: cpu, cuda, tensorrt, ..."
+    )
     return parser
 
 
@@ -126,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_merge(args)
         if args.command == "pair":
             return cmd_pair(args)
+        if args.command == "replay":
+            return cmd_replay(args)
         from observer_ci.action.main import main as action_main
 
         return action_main(dry_run=args.dry_run)
@@ -160,6 +177,36 @@ def expand_scripts(patterns: Sequence[str]) -> list[str]:
     return scripts
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Prints each call's discrepancy now and as recorded; exit 1 when one is over the
+    bundle's tolerances, 2 when the bundle cannot be read."""
+    import json
+
+    from observer_ci.pipeline.bundle import BUNDLE_FILE, replay_bundle
+
+    try:
+        tolerances = json.loads((Path(args.bundle) / BUNDLE_FILE).read_text(encoding="utf-8"))[
+            "tolerances"
+        ]
+        rows = replay_bundle(args.bundle, args.provider)
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"{args.bundle}: {e}") from e
+    failing = 0
+    for row in rows:
+        over = row["errors"] or (
+            row["abs"] > tolerances["abs_max"] or row["rel"] > tolerances["rel_max"]
+        )
+        failing += bool(over)
+        recorded = row["recorded_abs"]
+        print(
+            f"call {row['call']}: max abs {row['abs']:.6g}, max rel {row['rel']:.6g}"
+            + (f" (recorded: abs {recorded:.6g})" if recorded is not None else "")
+            + ("; " + "; ".join(row["errors"]) if row["errors"] else "")
+            + (" OVER TOLERANCE" if over else "")
+        )
+    return 1 if failing else 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.pipeline.export_cache import resolve_cache_dir, resolve_cache_max_bytes
 
@@ -191,7 +238,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         cache_dir=str(cache_dir) if (cache_dir := resolve_cache_dir(args.cache_dir)) else None,
         cache_max_bytes=cache_max_bytes,
         threads=args.threads,
+        torch_threads=args.threads or 1,
         save_feeds=args.save_feeds,
+        bundles=args.bundles,
     )
     head = run_scripts(
         expand_scripts(args.scripts),

@@ -31,6 +31,7 @@ class RunConfig:
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
     merge_decoders: bool = True  # decoder_model_merged.onnx when a decoder has two families
     feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
+    bundles: str = "failing"  # reproducer bundles: for failing graphs, all graphs, or none
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""

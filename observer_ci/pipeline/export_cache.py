@@ -486,7 +486,7 @@ class ExportCache:
                 if name in (FACTS,):
                     continue
                 target = onnx_path if name == main else onnx_path.parent / name
-                _link_or_copy(entry / name, target)
+                link_or_copy(entry / name, target)
             os.utime(entry / MANIFEST)  # last used: eviction keeps it longest
         except OSError as e:  # evicted meanwhile by a process that ignored the lock
             logger.warning("export cache entry %s unreadable (%s): exporting", key, e)
@@ -510,7 +510,7 @@ class ExportCache:
             source = Path(result.onnx_path)
             names = [source.name, *_external_data_names(source)]
             for name in names:
-                _link_or_copy(source.parent / name, tmp / name)
+                link_or_copy(source.parent / name, tmp / name)
             facts = dataclasses.asdict(result)
             facts.update(onnx_path=None, seconds=result.seconds, cached=False)
             (tmp / FACTS).write_text(json.dumps(facts), encoding="utf-8")
@@ -691,7 +691,7 @@ def _verify(entry: Path, files: dict[str, str]) -> None:
             _stamp(entry, files)
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: Path, target: Path) -> None:
     """A hard link (no bytes copied: a 2 GB graph costs nothing) where the file system
     allows one, else a copy. The target is replaced, never written through."""
     with contextlib.suppress(FileNotFoundError):

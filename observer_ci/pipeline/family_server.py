@@ -25,6 +25,7 @@ from observer_ci.observing.families import (
 )
 from observer_ci.observing.observer import InputObserver
 from observer_ci.observing.pytrees import register_if_imported
+from observer_ci.pipeline.bundle import BUNDLE_MAX_BYTES
 from observer_ci.pipeline.causes import (
     explain_exception,
 )
@@ -167,6 +168,7 @@ class FamilyServer:
         self.observers: dict[tuple[int, ...], InputObserver] = {}  # family calls -> observer
         self.feeds_saved = False
         self.notes: list[str] = []  # for the model's notes
+        self.bundle_budget = BUNDLE_MAX_BYTES  # what the model's reproducers may still take
 
     def path(self, name: str) -> Path:
         stem = safe_filename(self.entry.name)
@@ -209,11 +211,40 @@ class FamilyServer:
             if moved_feeds.exists():
                 moved_feeds.replace(feeds_path(target))
             graph.export.onnx_path = str(target)
+        self._rename_bundles(renamed)
         for row in rows.values():
             old = row.family or ""
             row.family = renamed.get(old, row.family)
             if row.note:
                 row.note = row.note.replace(f"graph {old} ", f"graph {row.family} ")
+
+    def _rename_bundles(self, renamed: dict[str, str]) -> None:
+        """Reproducer folders follow their graphs' final names (two steps, like the files)."""
+        import json
+
+        from observer_ci.pipeline.bundle import BUNDLE_FILE
+
+        root = self.out_dir / "bundles" / safe_filename(self.entry.name)
+        staged = []
+        for old, new in renamed.items():
+            source = root / safe_filename(old)
+            if old != new and source.is_dir():
+                moving = source.with_name(source.name + ".moving")
+                source.replace(moving)
+                staged.append((moving, old, new))
+        for moving, old, new in staged:
+            target = root / safe_filename(new)
+            moving.replace(target)
+            facts = json.loads((target / BUNDLE_FILE).read_text(encoding="utf-8"))
+            facts["graph"] = new
+            (target / BUNDLE_FILE).write_text(json.dumps(facts, indent=2), encoding="utf-8")
+            before, after = f"/{safe_filename(old)}", f"/{safe_filename(new)}"
+            self.notes = [
+                n.replace(before + " ", after + " ").replace(before + "`", after + "`")
+                if n.startswith("reproducer:")
+                else n
+                for n in self.notes
+            ]
 
     def serve(self, family: Family) -> tuple[GraphResult, dict[int, ObservationResult]]:
         """Exports ``family``'s graph, replays its calls on it and probes it."""
@@ -253,6 +284,7 @@ class FamilyServer:
                 for i in family.indices
             }
         rows = self.replay(family, sub, flags, session, shown)
+        self.bundle(family, sub, graph, session, rows)
         if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
             self.feeds_saved = True
             note = _save_feeds(sub, session, onnx_path, config)
@@ -301,6 +333,57 @@ class FamilyServer:
             f"in {time.perf_counter() - begin:.1f}s"
         )
         return rows
+
+    def bundle(
+        self,
+        family: Family,
+        sub: InputObserver,
+        graph: GraphResult,
+        session: Any,
+        rows: dict[int, ObservationResult],
+    ) -> None:
+        """The reproducer of a graph with a failing call (every graph with ``bundles=all``):
+        ``<out>/bundles/<model>/<graph>/``, named in the model's notes."""
+        mode = self.config.bundles
+        failing = any(not r.success for r in rows.values())
+        if mode == "none" or (mode == "failing" and not failing) or graph.export is None:
+            return
+        from observer_ci.pipeline.bundle import write_bundle
+        from observer_ci.pipeline.diff import flatten_outputs
+        from observer_ci.pipeline.environment import environment_fingerprint
+        from observer_ci.pipeline.replay import match_feeds
+
+        names = [i.name for i in session.get_inputs()]
+        calls = []
+        for local, index in enumerate(family.indices):
+            row = rows.get(index)
+            try:
+                feeds = match_feeds(names, sub.leaf_names(), sub.infer_arguments(local, flat=True))
+            except Exception:  # the row already says why this call cannot be fed
+                continue
+            measured = {"abs": row.abs, "rel": row.rel, "success": row.success} if row else {}
+            calls.append((index, feeds, flatten_outputs(sub.observations[local].outputs), measured))
+        folder = (
+            self.out_dir / "bundles" / safe_filename(self.entry.name) / safe_filename(family.name)
+        )
+        try:
+            _, used = write_bundle(
+                folder,
+                model=self.entry.name,
+                graph=family.name,
+                onnx_path=Path(graph.export.onnx_path),
+                calls=calls,
+                output_names=list(graph.export.output_names or []),
+                tolerances={"abs_max": self.config.atol, "rel_max": self.config.rtol},
+                environment=environment_fingerprint(),
+                budget=max(0, self.bundle_budget),
+            )
+        except Exception as e:  # the check's verdict stands without its reproducer
+            self.notes.append(f"reproducer of graph {family.name} not written: {error_tail(e)}")
+            return
+        self.bundle_budget -= used
+        where = folder.relative_to(self.out_dir).as_posix()
+        self.notes.append(f"reproducer: {where} (run `observer-ci replay {where}`)")
 
     def probe(self, sub: InputObserver, flags: Any, session: Any) -> ProbeResult:
         """The unseen-shape probe of one graph (an error becomes a failed probe)."""
