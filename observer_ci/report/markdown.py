@@ -36,6 +36,7 @@ from observer_ci.core.results import (
     RunResults,
     quantile,
 )
+from observer_ci.report.changes import moved_outputs, op_diff_text, version_changes
 from observer_ci.report.chart import SOURCE_PAIRED, chart_points, latency_chart
 from observer_ci.report.escape import code_block, escape_cell, escape_html, truncate
 from observer_ci.report.rules import RULES_BY_NAME, Regression, Thresholds, worst_error
@@ -256,6 +257,9 @@ class _Renderer:
             diff = _environment_diff(self.base.environment, self.head.environment)
             if diff:
                 lines.append(f"⚠️ Base environment differs (latencies less comparable): {diff}")
+            upgrade = _version_change_line(self.base, self.head)
+            if upgrade:
+                lines.append(upgrade)
         return "  \n".join(lines)
 
     # -- summary --------------------------------------------------------------------------
@@ -397,6 +401,16 @@ class _Renderer:
         parts = ["### Details"] + [self.model_details(i, m, level) for i, m in enumerate(models)]
         return "\n\n".join(parts)
 
+    def ops_changed(self, model: ModelResult) -> str:
+        """``**Ops vs base:** +8 Cast, -1 Softmax (gone)`` when the op counts moved."""
+        old = self.base.by_name().get(model.name) if self.base is not None else None
+        if old is None or old.export is None or model.export is None:
+            return ""
+        if not old.export.op_counts or not model.export.op_counts:
+            return ""
+        text = op_diff_text(old.export.op_counts, model.export.op_counts)
+        return f"**Ops vs base:** {_inline(text, 400)}" if text else ""
+
     def model_details(self, index: int, model: ModelResult, level: int) -> str:
         parts = [model.name, model.status] + ([model.script] if model.script else [])
         summary = " · ".join(escape_html(truncate(" ".join(p.split()), 200)) for p in parts)
@@ -412,6 +426,9 @@ class _Renderer:
             _phases_line(model),
         ]
         blocks.append("  \n".join(f for f in facts if f))
+        changed = self.ops_changed(model)
+        if changed:
+            blocks.append(changed)
         if len(model.graphs) > 1:
             blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
         if level < LEVEL_NO_INPUTS and model.inputs:
@@ -554,6 +571,25 @@ def _environment_line(env: dict[str, Any]) -> str:
             label = _inline(part.get("label", ""), 60)
             items.append(f"{label}: {_environment_line(part.get('environment') or {})}")
     return " · ".join(items) if items else NONE
+
+
+def _version_change_line(base: RunResults, head: RunResults) -> str:
+    """The packages the pull request moved, and the models whose outputs moved with them."""
+    changes = version_changes(base, head)
+    if not changes:
+        return ""
+    moved = moved_outputs(base, head)
+    text = "📦 Versions changed: " + ", ".join(
+        f"{p} {_inline(old, 40)} → {_inline(new, 40)}" for p, (old, new) in changes.items()
+    )
+    if moved:
+        shown = ", ".join(
+            f"{_inline(name, 80)} (abs {format_float(a)} → {format_float(b)})"
+            for name, a, b in moved[:5]
+        )
+        more = f" and {len(moved) - 5} more" if len(moved) > 5 else ""
+        return f"{text}; outputs that moved with it: {shown}{more}."
+    return f"{text}; no model's worst error moved with it."
 
 
 def _environment_diff(base: dict[str, Any], head: dict[str, Any]) -> str:

@@ -29,7 +29,8 @@ from observer_ci.core.results import (
     RunResults,
     max_or_none,
 )
-from observer_ci.report.tables import format_seconds, plural
+from observer_ci.report.changes import op_diff_text, op_set_changed
+from observer_ci.report.tables import format_bytes, format_seconds, plural
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ RULE_TABLE: tuple[Rule, ...] = (
         "one), beyond the measured noise",
     ),
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
+    Rule("op_set_changed", "count", False, "an ONNX op type appeared in or vanished from a graph"),
+    Rule("size_growth", "count", False, "ONNX file size over size_growth_max x base"),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
     # Warnings for a graph that is not what the user thinks (graph_warnings.py): they never
@@ -99,6 +102,7 @@ class Thresholds:
     rel_growth: float = 10.0
     latency_ratio_max: float = 1.5
     node_growth_max: float = 1.10
+    size_growth_max: float = 1.10
     min_latency_s: float = 1e-4
 
 
@@ -238,6 +242,8 @@ def _compare_model(
         found.extend(_dynamic_dims_lost(head, base, fail_on))
         found.extend(_latency(head, base, th, fail_on))
         found.extend(_node_count(head, base, th, fail_on))
+        found.extend(_op_set(head, base, fail_on))
+        found.extend(_size(head, base, th, fail_on))
     found.extend(_graph_warnings(head, base, fail_on))
     return found
 
@@ -481,6 +487,33 @@ def _node_count(
         return []
     message = f"ONNX node count ×{ratio:.3g} (> ×{th.node_growth_max:.3g}): {old} → {new}"
     return [_reg(head, "node_count_growth", message, old, new, fail_on)]
+
+
+def _op_set(head: ModelResult, base: ModelResult, fail_on: set[str]) -> list[Regression]:
+    changed = op_set_changed(base, head)
+    if changed is None:
+        return []
+    new, gone = changed
+    parts = ([f"new {', '.join(new[:6])}"] if new else []) + (
+        [f"gone {', '.join(gone[:6])}"] if gone else []
+    )
+    counts = op_diff_text(base.export.op_counts, head.export.op_counts)  # type: ignore[union-attr]
+    message = f"ONNX op types changed ({'; '.join(parts)}): {counts}"
+    return [_reg(head, "op_set_changed", message, len(gone), len(new), fail_on)]
+
+
+def _size(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    new = head.export.file_size if head.export is not None else None
+    old = base.export.file_size if base.export is not None else None
+    if not new or not old or new / old <= th.size_growth_max:
+        return []
+    message = (
+        f"ONNX file size ×{new / old:.3g} (> ×{th.size_growth_max:.3g}): "
+        f"{format_bytes(old)} → {format_bytes(new)}"
+    )
+    return [_reg(head, "size_growth", message, old, new, fail_on)]
 
 
 def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:
