@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--policy",
+        help="policy file: per-model tolerances, fail_on, accepted regressions "
+        "(default: .observer-ci.yml in the current directory when present)",
+    )
+    parser.add_argument(
         "--thresholds", default="", help="e.g. 'abs_max=1e-3,latency_ratio_max=1.5'"
     )
     parser.add_argument(
@@ -222,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.pipeline.config import RunConfig
     from observer_ci.pipeline.scripts import run_scripts
 
-    thresholds, fail_on = _gate(args)
+    thresholds, fail_on, policy = _gate(args)
     if args.atol is not None:
         thresholds = _with(thresholds, abs_max=args.atol)
     if args.rtol is not None:
@@ -241,6 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         torch_threads=args.threads or 1,
         save_feeds=args.save_feeds,
         bundles=args.bundles,
+        model_tolerances=tuple(policy.tolerances()),
     )
     head = run_scripts(
         expand_scripts(args.scripts),
@@ -251,18 +257,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         journal=args.journal,
         reverse_order=args.reverse_order,
     )
-    code = publish(head, base, Path(args.out), thresholds, fail_on)
+    code = publish(head, base, Path(args.out), thresholds, fail_on, policy=policy)
     return EXIT_OK if args.no_gate else code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    thresholds, fail_on = _gate(args)
+    thresholds, fail_on, policy = _gate(args)
     base, head = _read(args.base), _read(args.head)
     if args.out:
-        return publish(head, base, Path(args.out), thresholds, fail_on, write_results=False)
+        return publish(
+            head, base, Path(args.out), thresholds, fail_on, write_results=False, policy=policy
+        )
     from observer_ci.report.rules import compare
 
-    regressions = compare(head, base, thresholds, fail_on)
+    regressions = compare(head, base, thresholds, fail_on, policy)
     print_regressions(regressions)
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
 
@@ -280,10 +288,10 @@ def cmd_pair(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from observer_ci.core.legs import merge_results
 
-    thresholds, fail_on = _gate(args)
+    thresholds, fail_on, policy = _gate(args)
     merged = merge_results([_read(p) for p in args.parts])
     base = _read(args.baseline) if args.baseline else None
-    return publish(merged, base, Path(args.out), thresholds, fail_on)
+    return publish(merged, base, Path(args.out), thresholds, fail_on, policy=policy)
 
 
 def publish(
@@ -294,14 +302,21 @@ def publish(
     fail_on: set[str],
     *,
     write_results: bool = True,
+    policy=None,
 ) -> int:
     """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
     from observer_ci.report.markdown import write_report_files
     from observer_ci.report.rules import compare
 
-    regressions = compare(head, base, thresholds, fail_on)
+    regressions = compare(head, base, thresholds, fail_on, policy)
     write_report_files(
-        out, head, regressions, base, write_results=write_results, thresholds=thresholds
+        out,
+        head,
+        regressions,
+        base,
+        write_results=write_results,
+        thresholds=thresholds,
+        policy_lines=policy.describe() if policy is not None else [],
     )
     for m in head.models:
         print(f"{m.status:>15}  {m.name}")
@@ -317,11 +332,17 @@ def print_regressions(regressions) -> None:
 
 
 def _gate(args: argparse.Namespace):
-    from observer_ci.report.rules import parse_fail_on, parse_thresholds
+    """The run's thresholds, fail_on and policy: flags over the policy file's defaults."""
+    from observer_ci.report.policy import find_policy
 
     try:
-        return parse_thresholds(args.thresholds), parse_fail_on(args.fail_on)
-    except ValueError as e:
+        policy = find_policy(args.policy)
+        return (
+            policy.base_thresholds(args.thresholds),
+            policy.base_fail_on(args.fail_on),
+            policy,
+        )
+    except ValueError as e:  # a PolicyError names the file and the line
         raise UsageError(str(e)) from e
 
 

@@ -283,6 +283,7 @@ def _observer_child(
         "--rtol",
         repr(settings.thresholds.rel_max),
         "--no-gate",
+        *(["--policy", str(Path(settings.policy.path).resolve())] if settings.policy.path else []),
         *(["--verbose"] if settings.verbose else []),
         *extra_args,
         "--journal",

@@ -31,6 +31,8 @@ class RunConfig:
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
     merge_decoders: bool = True  # decoder_model_merged.onnx when a decoder has two families
     feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
+    # (model name glob, abs_max, rel_max) from the policy file: later entries win
+    model_tolerances: tuple[tuple[str, float | None, float | None], ...] = ()
     bundles: str = "failing"  # reproducer bundles: for failing graphs, all graphs, or none
 
     def recorded(self) -> dict[str, object]:
@@ -46,3 +48,17 @@ class RunConfig:
             "ort_threads": self.threads,
             "probe": self.probe,
         }
+
+    def for_model(self, name: str) -> RunConfig:
+        """This config with the tolerances the policy file gives model ``name``."""
+        import dataclasses
+        import fnmatch
+
+        atol, rtol = self.atol, self.rtol
+        for pattern, abs_max, rel_max in self.model_tolerances:
+            if fnmatch.fnmatchcase(name, pattern):
+                atol = atol if abs_max is None else abs_max
+                rtol = rtol if rel_max is None else rel_max
+        if (atol, rtol) == (self.atol, self.rtol):
+            return self
+        return dataclasses.replace(self, atol=atol, rtol=rtol)

@@ -136,7 +136,7 @@ def _process_safely(
 ) -> ModelResult:
     """``process_model`` whose unexpected errors become a result row (never a crash)."""
     try:
-        return process_model(entry, out_dir, config=config, progress=progress)
+        return process_model(entry, out_dir, config=config.for_model(entry.name), progress=progress)
     except Exception as e:
         progress(f"{entry.name}: cannot be processed: {type(e).__name__}: {e}")
         return ModelResult(

@@ -193,6 +193,7 @@ class _Renderer:
         # the "ORT vs base" column: with a base, or a paired timing (results merged later)
         self.versus_base = base is not None or any(_paired(m) for m in head.models)
         self._cache: dict[tuple, str] = {}
+        self.policy_lines: list[str] = []  # the policy file's entries, for the legend
 
     def cached(self, key: tuple, make: Callable[[], str]) -> str:
         if key not in self._cache:
@@ -376,6 +377,14 @@ class _Renderer:
             "is flagged only beyond the noise (paired: head slower in 90% of the pairs; "
             "separate runs: head's 10th percentile over base's 90th); node count may grow "
             f"×{format_float(th.node_growth_max)}.",
+            *(
+                [
+                    "- **Policy file** (per model, over the values above): "
+                    + "; ".join(_inline(line, 200) for line in self.policy_lines[:20])
+                ]
+                if self.policy_lines
+                else []
+            ),
             f"- **Environment**: {env}",
             "",
             "</details>",
@@ -895,8 +904,11 @@ def _renderer(
     title: str = "observer-ci",
     run_url: str | None = None,
     thresholds: Thresholds | None = None,
+    policy_lines: list[str] | None = None,
 ) -> _Renderer:
-    return _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
+    renderer = _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
+    renderer.policy_lines = list(policy_lines or [])
+    return renderer
 
 
 def render_report(
@@ -908,6 +920,7 @@ def render_report(
     title: str = "observer-ci",
     run_url: str | None = None,
     thresholds: Thresholds | None = None,
+    policy_lines: list[str] | None = None,
 ) -> str:
     """The Markdown PR comment (see the module docstring).
 
@@ -917,7 +930,12 @@ def render_report(
     ``max_chars``. ``thresholds`` are the ones the regressions were computed with
     (stated in the legend).
     """
-    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    options = {
+        "title": title,
+        "run_url": run_url,
+        "thresholds": thresholds,
+        "policy_lines": policy_lines,
+    }
     return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
 
@@ -931,6 +949,7 @@ def write_report_files(
     write_results: bool = True,
     title: str = "observer-ci",
     thresholds: Thresholds | None = None,
+    policy_lines: list[str] | None = None,
 ) -> str:
     """Writes ``results.json`` first (and ``base-results.json``), then the full
     ``report.md``; returns the report. Called before anything is posted."""
@@ -939,7 +958,12 @@ def write_report_files(
         head.write(out / "results.json")
         if base is not None:
             base.write(out / "base-results.json")
-    options = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    options = {
+        "title": title,
+        "run_url": run_url,
+        "thresholds": thresholds,
+        "policy_lines": policy_lines,
+    }
     report = render_report(head, regressions, base, max_chars=None, **options)
     (out / "report.md").write_text(report, encoding="utf-8")
     return report

@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from observer_ci.core.errors import error_headline
 from observer_ci.core.results import (
@@ -31,6 +32,9 @@ from observer_ci.core.results import (
 )
 from observer_ci.report.changes import op_diff_text, op_set_changed
 from observer_ci.report.tables import format_bytes, format_seconds, plural
+
+if TYPE_CHECKING:
+    from observer_ci.report.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -198,20 +202,37 @@ def compare(
     base: RunResults | None,
     thresholds: Thresholds,
     fail_on: Iterable[str],
+    policy: Policy | None = None,
 ) -> list[Regression]:
-    """All regressions of ``head`` (against ``base`` when given), in a stable order."""
+    """All regressions of ``head`` (against ``base`` when given), in a stable order.
+    With a ``policy``, each model gets its own thresholds and ``fail_on``, and the
+    regressions it accepts are reported without failing the build."""
     fail_on = set(fail_on)
     base_models = base.by_name() if base is not None else {}
     found: list[Regression] = []
     for model in head.models:
         old = base_models.get(model.name)
-        found.extend(_compare_model(model, old, thresholds, fail_on, base is not None))
+        th, rules = thresholds, fail_on
+        if policy is not None:
+            th = policy.thresholds_for(model.name, thresholds)
+            rules = policy.fail_on_for(model.name, fail_on)
+        regressions = _compare_model(model, old, th, rules, base is not None)
+        accepted = policy.accepted_for(model.name) if policy is not None else set()
+        found.extend(
+            dataclasses.replace(r, fails_build=False, message=f"{ACCEPTED}: {r.message}")
+            if r.rule in accepted
+            else r
+            for r in regressions
+        )
     if base is not None:
         head_names = {m.name for m in head.models}
         for old in base.models:
             if old.name not in head_names:
                 found.append(_missing(old, fail_on))
     return sorted(found, key=_sort_key)
+
+
+ACCEPTED = "accepted in the policy file"
 
 
 def _sort_key(reg: Regression) -> tuple[str, int, str]:
