@@ -24,7 +24,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("scripts", nargs="+", help="observation scripts (globs allowed)")
     run.add_argument("--out", default="observer-ci-out", help="output directory")
     run.add_argument("--label", default="head", help="label stored in results.json")
-    run.add_argument("--baseline", help="results.json of the base to compare with")
+    run.add_argument(
+        "--baseline",
+        help="results.json of the base to compare with, or history:DIR (earlier runs' "
+        "results.json files under DIR: a latency band and a trend)",
+    )
+    run.add_argument(
+        "--history-runs",
+        type=int,
+        default=20,
+        help="with --baseline history:DIR, the number of most recent runs used",
+    )
     _add_gate_options(run)
     run.add_argument(
         "--atol",
@@ -232,7 +242,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         thresholds = _with(thresholds, abs_max=args.atol)
     if args.rtol is not None:
         thresholds = _with(thresholds, rel_max=args.rtol)
-    base = _read(args.baseline) if args.baseline else None
+    base, history = _baseline(args.baseline, args.history_runs)
     config = RunConfig(
         atol=thresholds.abs_max,
         rtol=thresholds.rel_max,
@@ -257,7 +267,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         journal=args.journal,
         reverse_order=args.reverse_order,
     )
-    code = publish(head, base, Path(args.out), thresholds, fail_on, policy=policy)
+    code = publish(head, base, Path(args.out), thresholds, fail_on, policy=policy, history=history)
     return EXIT_OK if args.no_gate else code
 
 
@@ -303,12 +313,19 @@ def publish(
     *,
     write_results: bool = True,
     policy=None,
+    history=None,
 ) -> int:
     """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
     from observer_ci.report.markdown import write_report_files
     from observer_ci.report.rules import compare
 
-    regressions = compare(head, base, thresholds, fail_on, policy)
+    bands = history.bands if history is not None else None
+    regressions = compare(head, base, thresholds, fail_on, policy, bands)
+    trend = ""
+    if history is not None:
+        from observer_ci.report.history import trend_section
+
+        trend = trend_section(history, head)
     write_report_files(
         out,
         head,
@@ -317,6 +334,7 @@ def publish(
         write_results=write_results,
         thresholds=thresholds,
         policy_lines=policy.describe() if policy is not None else [],
+        trend=trend,
     )
     for m in head.models:
         print(f"{m.status:>15}  {m.name}")
@@ -329,6 +347,21 @@ def print_regressions(regressions) -> None:
     for r in regressions:
         mark = "FAIL" if r.fails_build else "warn"
         print(f"{mark}  {r.model}: {r.rule}: {r.message}")
+
+
+def _baseline(spec: str | None, runs: int):
+    """The base run and, for ``history:DIR``, the history it is the newest run of."""
+    if not spec:
+        return None, None
+    from observer_ci.report.history import is_history, read_history
+
+    if not is_history(spec):
+        return _read(spec), None
+    try:
+        history = read_history(spec, last=runs)
+    except ValueError as e:
+        raise UsageError(f"--baseline: {e}") from e
+    return history.latest, history
 
 
 def _gate(args: argparse.Namespace):

@@ -194,6 +194,7 @@ class _Renderer:
         self.versus_base = base is not None or any(_paired(m) for m in head.models)
         self._cache: dict[tuple, str] = {}
         self.policy_lines: list[str] = []  # the policy file's entries, for the legend
+        self.trend = ""  # Mermaid trend charts over the default branch's history
 
     def cached(self, key: tuple, make: Callable[[], str]) -> str:
         if key not in self._cache:
@@ -208,6 +209,7 @@ class _Renderer:
         blocks.append(self.cached(("regressions", level), lambda: self.regressions_table(level)))
         if level < LEVEL_NO_INPUTS:
             blocks.append(self.cached(("chart",), self.chart))
+            blocks.append(self.trend)  # history of the default branch (report.history)
         if level < LEVEL_MINIMAL:
             blocks.append(self.cached(("legend",), self.legend))
             blocks.append(self.details_section(level))
@@ -905,9 +907,11 @@ def _renderer(
     run_url: str | None = None,
     thresholds: Thresholds | None = None,
     policy_lines: list[str] | None = None,
+    trend: str = "",
 ) -> _Renderer:
     renderer = _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
     renderer.policy_lines = list(policy_lines or [])
+    renderer.trend = trend
     return renderer
 
 
@@ -921,6 +925,7 @@ def render_report(
     run_url: str | None = None,
     thresholds: Thresholds | None = None,
     policy_lines: list[str] | None = None,
+    trend: str = "",
 ) -> str:
     """The Markdown PR comment (see the module docstring).
 
@@ -935,6 +940,7 @@ def render_report(
         "run_url": run_url,
         "thresholds": thresholds,
         "policy_lines": policy_lines,
+        "trend": trend,
     }
     return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
@@ -950,6 +956,7 @@ def write_report_files(
     title: str = "observer-ci",
     thresholds: Thresholds | None = None,
     policy_lines: list[str] | None = None,
+    trend: str = "",
 ) -> str:
     """Writes ``results.json`` first (and ``base-results.json``), then the full
     ``report.md``; returns the report. Called before anything is posted."""
@@ -963,6 +970,7 @@ def write_report_files(
         "run_url": run_url,
         "thresholds": thresholds,
         "policy_lines": policy_lines,
+        "trend": trend,
     }
     report = render_report(head, regressions, base, max_chars=None, **options)
     (out / "report.md").write_text(report, encoding="utf-8")

@@ -34,6 +34,7 @@ from observer_ci.report.changes import op_diff_text, op_set_changed
 from observer_ci.report.tables import format_bytes, format_seconds, plural
 
 if TYPE_CHECKING:
+    from observer_ci.report.history import Band
     from observer_ci.report.policy import Policy
 
 
@@ -203,10 +204,12 @@ def compare(
     thresholds: Thresholds,
     fail_on: Iterable[str],
     policy: Policy | None = None,
+    bands: dict[str, Band] | None = None,
 ) -> list[Regression]:
     """All regressions of ``head`` (against ``base`` when given), in a stable order.
     With a ``policy``, each model gets its own thresholds and ``fail_on``, and the
-    regressions it accepts are reported without failing the build."""
+    regressions it accepts are reported without failing the build. With history ``bands``
+    (:mod:`observer_ci.report.history`), a model's latency is tested against its band."""
     fail_on = set(fail_on)
     base_models = base.by_name() if base is not None else {}
     found: list[Regression] = []
@@ -216,7 +219,8 @@ def compare(
         if policy is not None:
             th = policy.thresholds_for(model.name, thresholds)
             rules = policy.fail_on_for(model.name, fail_on)
-        regressions = _compare_model(model, old, th, rules, base is not None)
+        band = (bands or {}).get(model.name)
+        regressions = _compare_model(model, old, th, rules, base is not None, band)
         accepted = policy.accepted_for(model.name) if policy is not None else set()
         found.extend(
             dataclasses.replace(r, fails_build=False, message=f"{ACCEPTED}: {r.message}")
@@ -245,6 +249,7 @@ def _compare_model(
     th: Thresholds,
     fail_on: set[str],
     has_base_run: bool = False,
+    band: Band | None = None,
 ) -> list[Regression]:
     # Failure, discrepancy, error growth and the probe can all be symptoms of one
     # broken graph: they are folded into one regression (its root cause).
@@ -261,7 +266,10 @@ def _compare_model(
     found = [_root_cause(symptoms)] if symptoms else []
     if base is not None:
         found.extend(_dynamic_dims_lost(head, base, fail_on))
-        found.extend(_latency(head, base, th, fail_on))
+        if band is not None and head.paired_latency is None:
+            found.extend(_band_latency(head, band, th, fail_on))
+        else:
+            found.extend(_latency(head, base, th, fail_on))
         found.extend(_node_count(head, base, th, fail_on))
         found.extend(_op_set(head, base, fail_on))
         found.extend(_size(head, base, th, fail_on))
@@ -468,6 +476,26 @@ def _latency(
             f"base's 90th {format_seconds(old_runs[1])})"
         )
     return [_reg(head, "latency_ratio", message, old, new, fail_on)]
+
+
+def _band_latency(
+    head: ModelResult, band: Band, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """Head's ORT median against the history's band (``history.over_band``)."""
+    from observer_ci.report.history import over_band
+
+    new = head.median_ort_latency_s
+    if new is None or band.median <= 0 or max(new, band.median) < th.min_latency_s:
+        return []
+    if not over_band(new, band, th.latency_ratio_max):
+        return []
+    message = (
+        f"ORT median latency ×{new / band.median:.3g} (> ×{th.latency_ratio_max:.3g}) the median "
+        f"of the last {band.runs} main runs ({format_seconds(band.median)} → "
+        f"{format_seconds(new)}), above their 10th-90th percentile band "
+        f"({format_seconds(band.low)}–{format_seconds(band.high)})"
+    )
+    return [_reg(head, "latency_ratio", message, band.median, new, fail_on)]
 
 
 def _paired_latency(
