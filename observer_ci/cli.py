@@ -7,15 +7,11 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from observer_ci.core.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from observer_ci.core.exceptions import UsageError
 from observer_ci.core.results import RunResults
 from observer_ci.core.run_options import RunOptions, parse_cache_max_mb
-
-if TYPE_CHECKING:
-    from observer_ci.report.rules import Thresholds
 
 __all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
 
@@ -52,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("head", help="results.json of the head run (--save-feeds), updated")
     pair.add_argument("--rounds", type=int, default=10, help="alternations per call")
     pair.add_argument("--threads", type=int, help="onnxruntime intra-op threads")
+    replay = sub.add_parser(
+        "replay", help="rerun onnxruntime on a reproducer bundle (OUT/bundles/MODEL/GRAPH)"
+    )
+    replay.add_argument("bundle", help="a bundle folder (holding bundle.json)")
+    replay.add_argument(
+        "--provider", default="cpu", help="onnxruntime provider: cpu, cuda, tensorrt, ..."
+    )
     return parser
 
 
@@ -66,7 +69,24 @@ def _add_run(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--out", default=DEFAULTS.out, help="output directory")
     run.add_argument("--label", default=DEFAULTS.label, help="label stored in results.json")
-    run.add_argument("--baseline", help="results.json of the base to compare with")
+    run.add_argument(
+        "--baseline",
+        help="results.json of the base to compare with, or history:DIR (earlier runs' "
+        "results.json files under DIR: a latency band and a trend)",
+    )
+    run.add_argument(
+        "--history-runs",
+        type=int,
+        default=DEFAULTS.history_runs,
+        help="with --baseline history:DIR, the number of most recent runs used",
+    )
+    run.add_argument(
+        "--bundles",
+        choices=("failing", "all", "none"),
+        default=DEFAULTS.bundles,
+        help="reproducer bundles under OUT/bundles/: for graphs with a failing call (default), "
+        "for every graph, or none",
+    )
     _add_gate_options(run)
     run.add_argument(
         "--atol",
@@ -126,6 +146,11 @@ def _add_run_switches(run: argparse.ArgumentParser) -> None:
 
 def _add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--policy",
+        help="policy file: per-model tolerances, fail_on, accepted regressions "
+        "(default: .observer-ci.yml in the current directory when present)",
+    )
+    parser.add_argument(
         "--thresholds", default="", help="e.g. 'abs_max=1e-3,latency_ratio_max=1.5'"
     )
     parser.add_argument(
@@ -144,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_merge(args)
         if args.command == "pair":
             return cmd_pair(args)
+        if args.command == "replay":
+            return cmd_replay(args)
         from observer_ci.action.main import main as action_main
 
         return action_main(dry_run=args.dry_run)
@@ -217,12 +244,15 @@ def _options_from_flags(args: argparse.Namespace) -> RunOptions:
         reverse_order=args.reverse_order,
         gate=not args.no_gate,
         journal=args.journal,
+        policy=args.policy,
+        bundles=args.bundles,
+        history_runs=args.history_runs,
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     options = run_options(args)
-    thresholds, fail_on = _gate(options.thresholds, options.fail_on)
+    thresholds, fail_on, policy = _gate(options.thresholds, options.fail_on, options.policy)
     tolerances = {"abs_max": options.atol, "rel_max": options.rtol}
     thresholds = dataclasses.replace(
         thresholds, **{k: v for k, v in tolerances.items() if v is not None}
@@ -230,16 +260,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.pipeline.config import RunConfig
 
     try:
-        config = RunConfig.from_options(options, thresholds)
+        config = RunConfig.from_options(options, thresholds, tuple(policy.tolerances()))
     except ValueError as e:
         raise UsageError(str(e)) from e
+    base, history = _baseline(options.baseline, options.history_runs)
     if options.threads:
         import torch
 
         torch.set_num_threads(max(1, options.threads))
     from observer_ci.pipeline.scripts import run_scripts
 
-    base = _read(options.baseline) if options.baseline else None
     head = run_scripts(
         expand_scripts(options.scripts),
         options.out,
@@ -249,20 +279,49 @@ def cmd_run(args: argparse.Namespace) -> int:
         journal=options.journal,
         reverse_order=options.reverse_order,
     )
-    code = publish(head, base, Path(options.out), thresholds, fail_on)
+    code = publish(head, base, Path(options.out), thresholds, fail_on, policy, history=history)
     return code if options.gate else EXIT_OK
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    thresholds, fail_on = _gate(args.thresholds, args.fail_on)
+    thresholds, fail_on, policy = _gate(args.thresholds, args.fail_on, args.policy)
     base, head = _read(args.base), _read(args.head)
     if args.out:
-        return publish(head, base, Path(args.out), thresholds, fail_on, write_results=False)
+        return publish(head, base, Path(args.out), thresholds, fail_on, policy, write_results=False)
     from observer_ci.report.rules import compare
 
-    regressions = compare(head, base, thresholds, fail_on)
+    regressions = compare(head, base, thresholds, fail_on, policy)
     print_regressions(regressions)
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Prints each call's discrepancy now and as recorded; exit 1 when one is over the
+    bundle's tolerances, 2 when the bundle cannot be read."""
+    import json
+
+    from observer_ci.pipeline.bundle import BUNDLE_FILE, replay_bundle
+
+    try:
+        facts = json.loads((Path(args.bundle) / BUNDLE_FILE).read_text(encoding="utf-8"))
+        tolerances = facts["tolerances"]
+        rows = replay_bundle(args.bundle, args.provider)
+    except (OSError, ValueError, KeyError) as e:
+        raise UsageError(f"{args.bundle}: {e}") from e
+    failing = 0
+    for row in rows:
+        over = row["errors"] or (
+            row["abs"] > tolerances["abs_max"] or row["rel"] > tolerances["rel_max"]
+        )
+        failing += bool(over)
+        recorded = row["recorded_abs"]
+        print(
+            f"call {row['call']}: max abs {row['abs']:.6g}, max rel {row['rel']:.6g}"
+            + (f" (recorded: abs {recorded:.6g})" if recorded is not None else "")
+            + ("; " + "; ".join(row["errors"]) if row["errors"] else "")
+            + (" OVER TOLERANCE" if over else "")
+        )
+    return EXIT_REGRESSION if failing else EXIT_OK
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
@@ -278,10 +337,10 @@ def cmd_pair(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> int:
     from observer_ci.core.legs import merge_results
 
-    thresholds, fail_on = _gate(args.thresholds, args.fail_on)
+    thresholds, fail_on, policy = _gate(args.thresholds, args.fail_on, args.policy)
     merged = merge_results([_read(p) for p in args.parts])
     base = _read(args.baseline) if args.baseline else None
-    return publish(merged, base, Path(args.out), thresholds, fail_on)
+    return publish(merged, base, Path(args.out), thresholds, fail_on, policy)
 
 
 def publish(
@@ -290,16 +349,31 @@ def publish(
     out: Path,
     thresholds,
     fail_on: set[str],
+    policy=None,
     *,
     write_results: bool = True,
+    history=None,
 ) -> int:
     """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
     from observer_ci.report.markdown import write_report_files
     from observer_ci.report.rules import compare
 
-    regressions = compare(head, base, thresholds, fail_on)
+    bands = history.bands if history is not None else None
+    regressions = compare(head, base, thresholds, fail_on, policy, bands)
+    trend = ""
+    if history is not None:
+        from observer_ci.report.history import trend_section
+
+        trend = trend_section(history, head)
     write_report_files(
-        out, head, regressions, base, write_results=write_results, thresholds=thresholds
+        out,
+        head,
+        regressions,
+        base,
+        write_results=write_results,
+        thresholds=thresholds,
+        policy_lines=policy.describe() if policy is not None else [],
+        trend=trend,
     )
     for m in head.models:
         print(f"{m.status:>15}  {m.name}")
@@ -314,13 +388,30 @@ def print_regressions(regressions) -> None:
         print(f"{mark}  {r.model}: {r.rule}: {r.message}")
 
 
-def _gate(thresholds: str, fail_on: str) -> tuple[Thresholds, set[str]]:
-    from observer_ci.report.rules import parse_fail_on, parse_thresholds
+def _gate(thresholds: str, fail_on: str, policy_path: str | None = None):
+    """The run's thresholds, fail_on and policy: the flags over the policy file's defaults."""
+    from observer_ci.report.policy import find_policy
 
     try:
-        return parse_thresholds(thresholds), parse_fail_on(fail_on)
-    except ValueError as e:
+        policy = find_policy(policy_path)
+        return policy.base_thresholds(thresholds), policy.base_fail_on(fail_on), policy
+    except ValueError as e:  # a PolicyError names the file and the line
         raise UsageError(str(e)) from e
+
+
+def _baseline(spec: str | None, runs: int):
+    """The base run and, for ``history:DIR``, the history it is the newest run of."""
+    if not spec:
+        return None, None
+    from observer_ci.report.history import is_history, read_history
+
+    if not is_history(spec):
+        return _read(spec), None
+    try:
+        history = read_history(spec, last=runs)
+    except ValueError as e:
+        raise UsageError(f"--baseline: {e}") from e
+    return history.latest, history
 
 
 def _read(path: str) -> RunResults:

@@ -33,6 +33,8 @@ def child_run_options(settings: Settings, threads: int | None = None) -> RunOpti
         cache_max_mb=cache_max_mb,
         threads=threads,
         gate=False,
+        # the parent's policy file, by absolute path: the base runs in another directory
+        policy=str(Path(settings.policy.path).resolve()) if settings.policy.path else None,
     )
 
 

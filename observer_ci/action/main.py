@@ -120,7 +120,7 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     if base is not None and settings.baseline == "base":
         base.commit = base.commit or settings.base_commit or ""
     head.environment.setdefault("notes", []).extend(notes)
-    regressions = compare(head, base, settings.thresholds, settings.fail_on)
+    regressions = compare(head, base, settings.thresholds, settings.fail_on, settings.policy)
     progress.regressions = regressions
     outputs, render = write_and_summarise(
         settings, head, base, regressions, settings.label, progress=progress
@@ -169,6 +169,7 @@ def write_and_summarise(
         "run_url": settings.run_url,
         "title": title,
         "thresholds": settings.thresholds,
+        "policy_lines": settings.policy.describe(),
     }
     full = write_report_files(out, head, regressions, base, **options)
     if progress is not None:

@@ -18,7 +18,8 @@ from typing import Any
 from observer_ci.core.constants import COMMENT_KEY_PATTERN
 from observer_ci.core.exceptions import SettingsError
 from observer_ci.core.run_options import parse_cache_max_mb
-from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, parse_fail_on, parse_thresholds
+from observer_ci.report.policy import Policy, find_policy
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds
 
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off", ""}
@@ -140,6 +141,7 @@ class Settings:
     step_summary: str = ""
     output_path: str = ""
     event: EventFacts = field(default_factory=EventFacts)
+    policy: Policy = field(default_factory=Policy)  # .observer-ci.yml (or input 'policy')
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, dry_run: bool = False) -> Settings:
@@ -156,9 +158,12 @@ class Settings:
             )
         post_comment, deprecations = _post_comment(env)
         try:
-            thresholds = parse_thresholds(get("INPUT_THRESHOLDS"))
-            fail_on = frozenset(parse_fail_on(get("INPUT_FAIL_ON", "default")))
-        except ValueError as e:
+            named = get("INPUT_POLICY").strip()
+            workspace = Path(get("GITHUB_WORKSPACE", "."))
+            policy = find_policy(workspace / named if named else None, root=workspace)
+            thresholds = policy.base_thresholds(get("INPUT_THRESHOLDS"))
+            fail_on = frozenset(policy.base_fail_on(get("INPUT_FAIL_ON", "default")))
+        except ValueError as e:  # a PolicyError names the file and the line
             raise SettingsError(str(e)) from e
         event = read_event(get("GITHUB_EVENT_PATH"))
         return cls(
@@ -192,6 +197,7 @@ class Settings:
             step_summary=get("GITHUB_STEP_SUMMARY"),
             output_path=get("GITHUB_OUTPUT"),
             event=event,
+            policy=policy,
         )
 
     @property

@@ -90,6 +90,8 @@ class ExportResult:
     failed_samples: list[str] = field(default_factory=list)  # "call 2: <error>" tried before
     cached: bool = False  # restored from the export cache (seconds = the lookup)
     cache_key: str | None = None  # the export cache key, when a cache was used
+    op_counts: dict[str, int] = field(default_factory=dict)  # "Cast": 8, "com.microsoft.X": 1
+    initializer_bytes: int | None = None  # the weights' bytes as stored in the graph
 
 
 @dataclass

@@ -55,6 +55,9 @@ class RunOptions:
     reverse_order: bool = False
     gate: bool = True  # False: exit 0 once the results are written (`--no-gate`)
     journal: str | None = None
+    policy: str | None = None  # the policy file (None: .observer-ci.yml here when present)
+    bundles: str = "failing"  # reproducer bundles: "failing", "all" or "none"
+    history_runs: int = 20  # with a history:DIR baseline, the most recent runs used
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -63,6 +66,10 @@ class RunOptions:
             value = getattr(self, name)
             if value is not None and not value >= 0:  # NaN too
                 raise RunOptionsError(f"--{name} must be >= 0, got {value!r}")
+        if self.bundles not in ("failing", "all", "none"):
+            raise RunOptionsError(f"--bundles must be failing, all or none, got {self.bundles!r}")
+        if self.history_runs < 1:
+            raise RunOptionsError(f"--history-runs must be >= 1, got {self.history_runs}")
         if self.cache_max_mb is not None and self.cache_max_mb < 0:
             raise RunOptionsError(f"--cache-max-mb must be >= 0, got {self.cache_max_mb}")
 

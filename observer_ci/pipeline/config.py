@@ -27,7 +27,9 @@ class RunConfig:
     rtol: float = Thresholds.rel_max
     hist: tuple[float, ...] = (0.1, 0.01)
     warmup: int = 2
-    repeat: int = 10
+    repeat: int = 10  # at most; fewer once a call has used its time budget
+    time_budget_s: float | None = 1.0  # per call and engine (None: always ``repeat`` runs)
+    torch_threads: int | None = 1  # torch timed with one thread (None: torch's default)
     probe: bool = True
     cache_dir: str | None = None  # export cache shared by runs (None: no cache)
     cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB  # its size cap (None: no cap)
@@ -35,12 +37,21 @@ class RunConfig:
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
     merge_decoders: bool = True  # decoder_model_merged.onnx when a decoder has two families
     feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
+    # (model name glob, abs_max, rel_max) from the policy file: later entries win
+    model_tolerances: tuple[tuple[str, float | None, float | None], ...] = ()
+    bundles: str = "failing"  # reproducer bundles: for failing graphs, all graphs, or none
 
     @classmethod
-    def from_options(cls, options: RunOptions, thresholds: Thresholds) -> RunConfig:
+    def from_options(
+        cls,
+        options: RunOptions,
+        thresholds: Thresholds,
+        model_tolerances: tuple[tuple[str, float | None, float | None], ...] = (),
+    ) -> RunConfig:
         """The child's config from its run options; ``thresholds`` are the gate's, with
-        ``atol``/``rtol`` applied. The cache falls back on its variables here, in the child's
-        environment; a malformed one raises ``ValueError``."""
+        ``atol``/``rtol`` applied, ``model_tolerances`` the policy file's per model. The cache
+        falls back on its variables here, in the child's environment; a malformed one raises
+        ``ValueError``."""
         cache_dir = resolve_cache_dir(options.cache_dir)
         return cls(
             atol=thresholds.abs_max,
@@ -52,7 +63,10 @@ class RunConfig:
             cache_dir=str(cache_dir) if cache_dir else None,
             cache_max_bytes=resolve_cache_max_bytes(options.cache_max_mb),
             threads=options.threads,
+            torch_threads=options.threads or 1,
             save_feeds=options.save_feeds,
+            model_tolerances=model_tolerances,
+            bundles=options.bundles,
         )
 
     def recorded(self) -> dict[str, object]:
@@ -63,5 +77,22 @@ class RunConfig:
             "hist": list(self.hist),
             "warmup": self.warmup,
             "repeat": self.repeat,
+            "time_budget_s": self.time_budget_s,
+            "torch_threads": self.torch_threads,
+            "ort_threads": self.threads,
             "probe": self.probe,
         }
+
+    def for_model(self, name: str) -> RunConfig:
+        """This config with the tolerances the policy file gives model ``name``."""
+        import dataclasses
+        import fnmatch
+
+        atol, rtol = self.atol, self.rtol
+        for pattern, abs_max, rel_max in self.model_tolerances:
+            if fnmatch.fnmatchcase(name, pattern):
+                atol = atol if abs_max is None else abs_max
+                rtol = rtol if rel_max is None else rel_max
+        if (atol, rtol) == (self.atol, self.rtol):
+            return self
+        return dataclasses.replace(self, atol=atol, rtol=rtol)

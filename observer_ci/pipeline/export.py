@@ -147,6 +147,12 @@ def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset
         return onnx_export(module, args, kwargs, dynamic_shapes, opset)
 
 
+# Weights past this size are saved beside the graph (``<name>.onnx.data``): the graph file
+# then stays small, so naming its axes and describing it never load the weights again, and
+# saving never builds one proto holding them all (peak memory follows the weights).
+EXTERNAL_DATA_MIN_BYTES = 64 << 20
+
+
 def _needs_external_data(program: Any) -> bool:
     try:
         size = sum(
@@ -156,7 +162,7 @@ def _needs_external_data(program: Any) -> bool:
         )
     except Exception:
         return False
-    return size > 1_800_000_000
+    return size > EXTERNAL_DATA_MIN_BYTES
 
 
 def describe_onnx(onnx_path: str | Path) -> ExportResult:
@@ -174,7 +180,13 @@ def describe_onnx(onnx_path: str | Path) -> ExportResult:
         extra = onnx_path.parent / data_file
         if extra.exists():
             size += extra.stat().st_size
-    node_count = len(proto.graph.node) + sum(len(f.node) for f in proto.functions)
+    nodes = [*proto.graph.node, *(n for f in proto.functions for n in f.node)]
+    node_count = len(nodes)
+    op_counts: dict[str, int] = {}
+    for node in nodes:
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        op_counts[op] = op_counts.get(op, 0) + 1
+    initializer_bytes = sum(_stored_bytes(t) for t in proto.graph.initializer)
     dims = {i.name: _dims(i) for i in proto.graph.input}
     output_dims = {o.name: _dims(o) for o in proto.graph.output}
     return ExportResult(
@@ -187,7 +199,19 @@ def describe_onnx(onnx_path: str | Path) -> ExportResult:
         input_dims=dims,
         output_names=[o.name for o in proto.graph.output],
         output_dims=output_dims,
+        op_counts=dict(sorted(op_counts.items())),
+        initializer_bytes=initializer_bytes,
     )
+
+
+def _stored_bytes(tensor: onnx.TensorProto) -> int:
+    """A weight's bytes without reading external data (its recorded length) or copying."""
+    for entry in tensor.external_data:
+        if entry.key == "length":
+            return int(entry.value)
+    if tensor.HasField("raw_data"):
+        return len(tensor.raw_data)
+    return tensor.ByteSize()
 
 
 def _dims(value_info: onnx.ValueInfoProto) -> list[int | str]:

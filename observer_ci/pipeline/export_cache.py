@@ -22,7 +22,12 @@ Size: the cache holds at most ``max_bytes`` (default 2 GiB, ``--cache-max-mb`` o
 ``$OBSERVER_CI_CACHE_MAX_MB``; 0 for no cap). A hit stamps its entry as used (the manifest's
 modification time); after each store the least recently used entries are evicted until the
 cache fits, skipping any entry another process holds the lock of. An entry larger than the
-whole cap is not stored.
+whole cap is stored alone (the cap follows the largest model seen; the model's notes say so).
+
+Loads hard-link the entry's files (a copy where links are not possible) and read their
+checksums once per entry: later loads compare size, modification time and inode with what
+that check saw (``verified.json``). An output file is unlinked before a new export writes
+there, so a graph linked from the cache is replaced, never rewritten in place.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import sys
 import time
 import types
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,7 +58,7 @@ CACHE_DIR_ENV = "OBSERVER_CI_CACHE_DIR"
 CACHE_MAX_MB_ENV = "OBSERVER_CI_CACHE_MAX_MB"
 DEFAULT_CACHE_MAX_MB = 2048
 MB = 1 << 20
-KEY_VERSION = "1"  # bump when the key's recipe changes
+KEY_VERSION = "2"  # bump when the key's recipe changes
 MANIFEST = "manifest.json"
 FACTS = "export.json"
 LOCK_WAIT_SECONDS = 900.0  # a holder slower than this is ignored (we export ourselves)
@@ -219,9 +225,49 @@ def _hash_tensor(h: Any, label: str, tensor: Any) -> None:
     h.update(f"{label}:{t.dtype}:{tuple(t.shape)}:{t.layout}".encode())
     if t.layout != torch.strided or t.device.type == "meta":
         return
-    flat = t.cpu().contiguous().reshape(-1)
-    if flat.numel():
-        h.update(memoryview(flat.view(torch.uint8).numpy()))
+    h.update(_bytes_digest(tensor))
+
+
+# id(tensor) -> (the tensor, weakly; its version counter; its data pointer; digest of bytes)
+_BYTES_DIGESTS: dict[int, tuple[Any, int, int, bytes]] = {}
+
+
+def forget_weight_digests() -> None:
+    """Drops the memo of :func:`_bytes_digest`: called before each observation script, so
+    a write the memo cannot see (``param.data.mul_(2)`` moves no version counter) can only
+    come from code that runs before the memo is filled again, never between two keys."""
+    _BYTES_DIGESTS.clear()
+
+
+def _bytes_digest(tensor: Any) -> bytes:
+    """A digest of a tensor's bytes, computed once per process while the tensor lives and
+    is not written to (its version counter moves with every in-place write through it, its
+    data pointer with a new ``.data``): a model with several call families, or several
+    entries of one script sharing weights, hashes its weights once."""
+    import torch
+
+    try:
+        version, pointer = tensor._version, tensor.data_ptr()
+    except (AttributeError, RuntimeError):
+        version, pointer = -1, -1
+    memo = _BYTES_DIGESTS.get(id(tensor))
+    if (
+        memo is not None
+        and memo[0]() is tensor
+        and memo[1:3] == (version, pointer)
+        and version >= 0
+    ):
+        return memo[3]
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    digest = hashlib.blake2b(
+        memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else b"", digest_size=20
+    ).digest()
+    try:
+        ref = weakref.ref(tensor, lambda _, key=id(tensor): _BYTES_DIGESTS.pop(key, None))
+    except TypeError:
+        return digest  # not weak-referenceable: not memoised
+    _BYTES_DIGESTS[id(tensor)] = (ref, version, pointer, digest)
+    return digest
 
 
 def _hash_value(h: Any, value: Any, depth: int) -> None:
@@ -395,6 +441,17 @@ def _file_bytes(path: str) -> bytes | None:
 # --------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """What :meth:`ExportCache.store` did: true when the entry was written."""
+
+    stored: bool
+    note: str | None
+
+    def __bool__(self) -> bool:
+        return self.stored
+
+
 class ExportCache:
     """Entries under ``root``; every read is verified, every write is atomic; at most
     ``max_bytes`` kept (``None``: no cap), the least recently used evicted first."""
@@ -407,8 +464,9 @@ class ExportCache:
         return self.root / key[:2] / key
 
     def load(self, key: str, onnx_path: Path) -> ExportResult | None:
-        """Copies a verified entry to ``onnx_path``; ``None`` (and the entry removed) if absent
-        or damaged."""
+        """Links (else copies) a verified entry to ``onnx_path``; ``None`` (and the entry
+        removed) if absent or damaged. Checksums are read once per entry: a later load
+        compares each file's size, modification time and inode with what that check saw."""
         entry = self.entry_dir(key)
         if not entry.is_dir():
             return None
@@ -418,9 +476,7 @@ class ExportCache:
             main = manifest["main"]
             if main not in files or FACTS not in files:
                 raise ValueError("manifest without the ONNX file or the export facts")
-            for name, digest in files.items():
-                if _file_digest(entry / _safe_name(name)) != digest:
-                    raise ValueError(f"checksum mismatch for {name}")
+            _verify(entry, files)
             facts = json.loads((entry / FACTS).read_text(encoding="utf-8"))
             result = ExportResult(**{k: v for k, v in facts.items() if k in _FIELDS})
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -433,7 +489,7 @@ class ExportCache:
                 if name in (FACTS,):
                     continue
                 target = onnx_path if name == main else onnx_path.parent / name
-                shutil.copyfile(entry / name, target)
+                link_or_copy(entry / name, target)
             os.utime(entry / MANIFEST)  # last used: eviction keeps it longest
         except OSError as e:  # evicted meanwhile by a process that ignored the lock
             logger.warning("export cache entry %s unreadable (%s): exporting", key, e)
@@ -442,43 +498,47 @@ class ExportCache:
         result.cached = True
         return result
 
-    def store(self, key: str, result: ExportResult) -> bool:
-        """Writes an entry for a successful export; ``False`` when it cannot (never raises)."""
+    def store(self, key: str, result: ExportResult) -> Stored:
+        """Writes an entry for a successful export (the outcome is true when stored, with a
+        note for the reader when something is worth saying). Never raises. An entry larger
+        than the whole cap is still stored, alone: the cap then follows the largest model
+        seen instead of refusing the models where a hit saves most (the note says so)."""
         if not result.ok or not result.onnx_path:
-            return False
+            return Stored(False, None)
         entry = self.entry_dir(key)
         tmp = entry.parent / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        note = None
         try:
             tmp.mkdir(parents=True)
             source = Path(result.onnx_path)
             names = [source.name, *_external_data_names(source)]
             for name in names:
-                shutil.copyfile(source.parent / name, tmp / name)
+                link_or_copy(source.parent / name, tmp / name)
             facts = dataclasses.asdict(result)
             facts.update(onnx_path=None, seconds=result.seconds, cached=False)
             (tmp / FACTS).write_text(json.dumps(facts), encoding="utf-8")
             files = {name: _file_digest(tmp / name) for name in [*names, FACTS]}
             manifest = {"key": key, "main": source.name, "files": files, "created": time.time()}
             (tmp / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+            _stamp(tmp, files)  # just hashed: the first load need not read them again
             size = _tree_size(tmp)
             if self.max_bytes is not None and size > self.max_bytes:
-                logger.warning(
-                    "export cache: %s not stored: %.0f MB is over the cache's cap of %.0f MB",
-                    key,
-                    size / MB,
-                    self.max_bytes / MB,
+                note = (
+                    f"export cache: this graph's entry ({size / MB:.0f} MB) is larger than the "
+                    f"cache's cap ({self.max_bytes / MB:.0f} MB): stored alone, older entries "
+                    "evicted; raise cache-max-mb to keep other models cached beside it"
                 )
-                return False
+                logger.info("%s", note)
             if entry.exists():
                 self._discard(entry)  # damaged (load refused it) or written meanwhile
             os.replace(tmp, entry)
         except OSError as e:
             logger.warning("export cache: cannot store %s: %s", key, e)
-            return False
+            return Stored(False, f"export cache: this graph was not stored ({e})")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self.evict(keep=key)
-        return True
+        return Stored(True, note)
 
     def entries(self) -> list[tuple[float, int, str]]:
         """``(last used, bytes, key)`` of every entry, least recently used first."""
@@ -600,6 +660,59 @@ def _tree_size(path: Path) -> int:
     return total
 
 
+VERIFIED = "verified.json"  # what the last full checksum check saw of each file
+
+
+def _file_stat(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _stamp(entry: Path, files: dict[str, str]) -> None:
+    stats = {name: _file_stat(entry / _safe_name(name)) for name in files}
+    (entry / VERIFIED).write_text(json.dumps(stats), encoding="utf-8")
+
+
+def _verify(entry: Path, files: dict[str, str]) -> None:
+    """Raises ``ValueError`` when a file of the entry does not match its checksum. Files
+    unchanged since the last full check (same size, modification time and inode) are not
+    read again; a file written through a link to it changes its modification time."""
+    try:
+        seen = json.loads((entry / VERIFIED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        seen = {}
+    checked = False
+    for name, digest in files.items():
+        path = entry / _safe_name(name)
+        if isinstance(seen, dict) and seen.get(name) == _file_stat(path):
+            continue
+        if _file_digest(path) != digest:
+            raise ValueError(f"checksum mismatch for {name}")
+        checked = True
+    if checked:
+        with contextlib.suppress(OSError):
+            _stamp(entry, files)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link (no bytes copied: a 2 GB graph costs nothing) where the file system
+    allows one, else a copy. The target is replaced, never written through."""
+    with contextlib.suppress(FileNotFoundError):
+        target.unlink()
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _unlink_outputs(onnx_path: Path) -> None:
+    """Removes an earlier run's graph (and its external data) at ``onnx_path``: it may be a
+    link to a cache entry, which writing the new graph in place would damage."""
+    for path in (onnx_path, *onnx_path.parent.glob(onnx_path.name + ".data*")):
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def _file_digest(path: Path) -> str:
     h = hashlib.blake2b(digest_size=32)
     with open(path, "rb") as f:
@@ -655,7 +768,10 @@ def cached_export(
             hit.seconds = time.perf_counter() - begin
             hit.cache_key = cache_key
             return hit
+        _unlink_outputs(onnx_path)  # a file linked to an entry is replaced, never rewritten
         result = export()
         result.cache_key = cache_key
-        cache.store(cache_key, result)
+        note = cache.store(cache_key, result).note
+        if note and result.ok:
+            result.notes.append(note)
     return result

@@ -25,11 +25,11 @@ from observer_ci.observing.families import (
 )
 from observer_ci.observing.observer import InputObserver
 from observer_ci.observing.pytrees import register_if_imported
+from observer_ci.pipeline.bundle import BUNDLE_MAX_BYTES
 from observer_ci.pipeline.causes import (
     explain_exception,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
-from observer_ci.pipeline.export import export_observed
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.probe import run_probe
@@ -38,6 +38,13 @@ from observer_ci.pipeline.replay import make_session, replay_observation
 # File names stay well under the 255 bytes most file systems allow (".onnx.data" and
 # friends are appended to them).
 MAX_FILENAME_CHARS = 120
+
+
+def external_data_files(onnx_path: Path) -> list[Path]:
+    """The files beside ``onnx_path`` holding its external weights (``<graph>.onnx.data``
+    as torch saves them; the graph names them relative to its folder)."""
+    stem = onnx_path.name.removesuffix(".moving")
+    return sorted(p for p in onnx_path.parent.glob(stem + ".data*") if p.is_file())
 
 
 def safe_filename(name: str) -> str:
@@ -70,6 +77,10 @@ def export_model(
     flags = entry.set_batch_dimension_for if observer is None else set_batch_dimension_for
 
     def export() -> ExportResult:
+        # onnx, onnxscript and the exporter load only when an export runs: a cache hit
+        # needs none of them (their import is most of a small hit's time)
+        from observer_ci.pipeline.export import export_observed
+
         register_if_imported()  # the script may have imported transformers after observing
         return export_observed(
             entry.model,
@@ -157,6 +168,7 @@ class FamilyServer:
         self.observers: dict[tuple[int, ...], InputObserver] = {}  # family calls -> observer
         self.feeds_saved = False
         self.notes: list[str] = []  # for the model's notes
+        self.bundle_budget = BUNDLE_MAX_BYTES  # what the model's reproducers may still take
 
     def path(self, name: str) -> Path:
         stem = safe_filename(self.entry.name)
@@ -188,19 +200,51 @@ class FamilyServer:
                 moved_feeds = feeds.with_name(feeds.name + ".moving")
                 if feeds.exists():
                     feeds.replace(moved_feeds)
-                temporary.append((graph, moved, moved_feeds))
-        for graph, moved, moved_feeds in temporary:
+                temporary.append((graph, moved, moved_feeds, external_data_files(moved)))
+        for graph, moved, moved_feeds, data_files in temporary:
             target = self.path(graph.name)
             target.parent.mkdir(parents=True, exist_ok=True)
             moved.replace(target)
+            for data in data_files:  # the graph names them relative to its folder
+                if data.parent != target.parent:
+                    data.replace(target.parent / data.name)
             if moved_feeds.exists():
                 moved_feeds.replace(feeds_path(target))
             graph.export.onnx_path = str(target)
+        self._rename_bundles(renamed)
         for row in rows.values():
             old = row.family or ""
             row.family = renamed.get(old, row.family)
             if row.note:
                 row.note = row.note.replace(f"graph {old} ", f"graph {row.family} ")
+
+    def _rename_bundles(self, renamed: dict[str, str]) -> None:
+        """Reproducer folders follow their graphs' final names (two steps, like the files)."""
+        import json
+
+        from observer_ci.pipeline.bundle import BUNDLE_FILE
+
+        root = self.out_dir / "bundles" / safe_filename(self.entry.name)
+        staged = []
+        for old, new in renamed.items():
+            source = root / safe_filename(old)
+            if old != new and source.is_dir():
+                moving = source.with_name(source.name + ".moving")
+                source.replace(moving)
+                staged.append((moving, old, new))
+        for moving, old, new in staged:
+            target = root / safe_filename(new)
+            moving.replace(target)
+            facts = json.loads((target / BUNDLE_FILE).read_text(encoding="utf-8"))
+            facts["graph"] = new
+            (target / BUNDLE_FILE).write_text(json.dumps(facts, indent=2), encoding="utf-8")
+            before, after = f"/{safe_filename(old)}", f"/{safe_filename(new)}"
+            self.notes = [
+                n.replace(before + " ", after + " ").replace(before + "`", after + "`")
+                if n.startswith("reproducer:")
+                else n
+                for n in self.notes
+            ]
 
     def serve(self, family: Family) -> tuple[GraphResult, dict[int, ObservationResult]]:
         """Exports ``family``'s graph, replays its calls on it and probes it."""
@@ -240,6 +284,7 @@ class FamilyServer:
                 for i in family.indices
             }
         rows = self.replay(family, sub, flags, session, shown)
+        self.bundle(family, sub, graph, session, rows)
         if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
             self.feeds_saved = True
             note = _save_feeds(sub, session, onnx_path, config)
@@ -270,6 +315,8 @@ class FamilyServer:
                     hist=config.hist,
                     warmup=config.warmup,
                     repeat=config.repeat,
+                    budget_s=config.time_budget_s,
+                    threads=config.torch_threads,
                 ).result
                 row.index, row.family = index, family.name
                 row.stand_ins, _made_up = stand_ins(sub, local, dynamic)
@@ -281,10 +328,62 @@ class FamilyServer:
                 rows[index] = row
         self.progress(
             f"{shown}: replayed {len(family.indices)} calls "
-            f"({config.warmup} warm-up + {config.repeat} timed runs each) "
+            f"(up to {config.warmup} warm-up + {config.repeat} timed runs each, "
+            f"{config.time_budget_s}s budget per call and engine) "
             f"in {time.perf_counter() - begin:.1f}s"
         )
         return rows
+
+    def bundle(
+        self,
+        family: Family,
+        sub: InputObserver,
+        graph: GraphResult,
+        session: Any,
+        rows: dict[int, ObservationResult],
+    ) -> None:
+        """The reproducer of a graph with a failing call (every graph with ``bundles=all``):
+        ``<out>/bundles/<model>/<graph>/``, named in the model's notes."""
+        mode = self.config.bundles
+        failing = any(not r.success for r in rows.values())
+        if mode == "none" or (mode == "failing" and not failing) or graph.export is None:
+            return
+        from observer_ci.pipeline.bundle import write_bundle
+        from observer_ci.pipeline.diff import flatten_outputs
+        from observer_ci.pipeline.environment import environment_fingerprint
+        from observer_ci.pipeline.replay import match_feeds
+
+        names = [i.name for i in session.get_inputs()]
+        calls = []
+        for local, index in enumerate(family.indices):
+            row = rows.get(index)
+            try:
+                feeds = match_feeds(names, sub.leaf_names(), sub.infer_arguments(local, flat=True))
+            except Exception:  # the row already says why this call cannot be fed
+                continue
+            measured = {"abs": row.abs, "rel": row.rel, "success": row.success} if row else {}
+            calls.append((index, feeds, flatten_outputs(sub.observations[local].outputs), measured))
+        folder = (
+            self.out_dir / "bundles" / safe_filename(self.entry.name) / safe_filename(family.name)
+        )
+        try:
+            _, used = write_bundle(
+                folder,
+                model=self.entry.name,
+                graph=family.name,
+                onnx_path=Path(graph.export.onnx_path),
+                calls=calls,
+                output_names=list(graph.export.output_names or []),
+                tolerances={"abs_max": self.config.atol, "rel_max": self.config.rtol},
+                environment=environment_fingerprint(),
+                budget=max(0, self.bundle_budget),
+            )
+        except Exception as e:  # the check's verdict stands without its reproducer
+            self.notes.append(f"reproducer of graph {family.name} not written: {error_tail(e)}")
+            return
+        self.bundle_budget -= used
+        where = folder.relative_to(self.out_dir).as_posix()
+        self.notes.append(f"reproducer: {where} (run `observer-ci replay {where}`)")
 
     def probe(self, sub: InputObserver, flags: Any, session: Any) -> ProbeResult:
         """The unseen-shape probe of one graph (an error becomes a failed probe)."""
@@ -305,17 +404,17 @@ class FamilyServer:
         """``decoder_model_merged``: the two decoder graphs behind one ``If`` with their
         weights stored once, checked on every observed call (``None`` when the families are
         not a decoder and a decoder with past, or one of them failed)."""
-        from observer_ci.pipeline.diff import flatten_outputs, max_diff
-        from observer_ci.pipeline.export import describe_onnx
-        from observer_ci.pipeline.merged_decoder import MERGED_NAME, merge_decoders, merged_feeds
-        from observer_ci.pipeline.replay import match_feeds
-
         by_name = {g.name: g for g in graphs}
         past, first = by_name.get(ROLE_DECODER_WITH_PAST), by_name.get(ROLE_DECODER)
         if past is None or first is None or len(graphs) != 2:
             return None
         if not all(g.export is not None and g.export.ok for g in (past, first)):
             return None
+        from observer_ci.pipeline.diff import flatten_outputs, max_diff
+        from observer_ci.pipeline.export import describe_onnx
+        from observer_ci.pipeline.merged_decoder import MERGED_NAME, merge_decoders, merged_feeds
+        from observer_ci.pipeline.replay import match_feeds
+
         path = self.path(MERGED_NAME)
         graph = GraphResult(
             name=MERGED_NAME,

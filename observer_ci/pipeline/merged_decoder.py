@@ -11,6 +11,7 @@ feed them anything of the right type and rank (0-length where a dim is symbolic)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +39,69 @@ class MergeFacts:
 def merge_decoders(with_past: str | Path, without_past: str | Path, out: str | Path) -> MergeFacts:
     """Writes ``out``: ``If(use_cache_branch, with_past, without_past)`` with one copy of
     each distinct initializer. Raises :class:`MergeError` when the graphs disagree on their
-    outputs (count, element types), opsets or functions."""
-    past = onnx.load(str(with_past))
-    first = onnx.load(str(without_past))
+    outputs (count, element types), opsets or functions.
+
+    Memory follows one tensor, not the models: the graphs are read without their external
+    data, tensors are compared by a digest of their raw bytes read one at a time, and the
+    distinct external tensors are streamed into ``<out>.data`` (inline ones stay inline)."""
+    past = onnx.load(str(with_past), load_external_data=False)
+    first = onnx.load(str(without_past), load_external_data=False)
     _check_compatible(past, first)
-    weights = _SharedInitializers()
-    renames = [weights.add(prefix, model) for prefix, model in (("past", past), ("first", first))]
-    inputs = _merged_inputs(past, first)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = _DataFile(out.parent / f"{out.name}.data")
+    outer: dict[str, TensorProto] = {}  # merged name -> tensor
+    by_content: dict[str, str] = {}  # content digest -> merged name
+    saved = 0
+    shared = 0
+    renames: list[dict[str, str]] = []
+    try:
+        for prefix, model, source in (("past", past, with_past), ("first", first, without_past)):
+            rename: dict[str, str] = {}
+            for tensor in model.graph.initializer:
+                raw = _raw_bytes(tensor, Path(source).parent)
+                digest = _digest(tensor, raw)
+                if digest in by_content:
+                    rename[tensor.name] = by_content[digest]
+                    saved += len(raw)
+                    shared += 1
+                    continue
+                name = tensor.name if tensor.name not in outer else f"{prefix}/{tensor.name}"
+                copy = TensorProto()
+                copy.CopyFrom(tensor)  # an external tensor's proto holds no data: small
+                copy.name = name
+                if tensor.data_location == TensorProto.EXTERNAL:
+                    data.append(copy, raw)
+                outer[name] = copy
+                by_content[digest] = name
+                rename[tensor.name] = name
+            renames.append(rename)
+    finally:
+        data.close()
+    model = _merged_model(past, first, renames, outer)
+    onnx.save(model, str(out))
+    onnx.checker.check_model(str(out))  # by path: external data and large files checked too
+    size = out.stat().st_size + data.size
+    return MergeFacts(str(out), shared, saved, size)
+
+
+def _merged_model(
+    past: onnx.ModelProto,
+    first: onnx.ModelProto,
+    renames: list[dict[str, str]],
+    outer: dict[str, TensorProto],
+) -> onnx.ModelProto:
+    """The ``If`` model over the two graphs, the initializers given (already renamed)."""
+    inputs = list(past.graph.input)
     names = {i.name for i in inputs}
-    outer_names = names | set(weights.outer) | {USE_CACHE_BRANCH}
+    position = {i.name: k for k, i in enumerate(inputs)}
+    for value in first.graph.input:
+        if value.name in names:
+            inputs[position[value.name]] = _widened(inputs[position[value.name]], value)
+        else:
+            inputs.append(value)
+            names.add(value.name)
+    outer_names = names | set(outer) | {USE_CACHE_BRANCH}
     then_branch = _branch(past.graph, "past", renames[0], names, outer_names)
     else_branch = _branch(first.graph, "first", renames[1], names, outer_names)
     outputs = [  # ranks kept, sizes left open (the branches differ in them)
@@ -65,59 +120,55 @@ def merge_decoders(with_past: str | Path, without_past: str | Path, out: str | P
     )
     flag = helper.make_tensor_value_info(USE_CACHE_BRANCH, TensorProto.BOOL, [1])
     graph = helper.make_graph(
-        [node], MERGED_NAME, [*inputs, flag], outputs, initializer=list(weights.outer.values())
+        [node], MERGED_NAME, [*inputs, flag], outputs, initializer=list(outer.values())
     )
     model = helper.make_model(graph, opset_imports=list(past.opset_import))
     model.ir_version = past.ir_version
     model.functions.extend(past.functions)
-    onnx.checker.check_model(model)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(out))
-    return MergeFacts(str(out), weights.shared, weights.saved, out.stat().st_size)
+    return model
 
 
-class _SharedInitializers:
-    """The merged file's initializers: one copy per distinct content."""
+class _DataFile:
+    """``<merged>.data``, opened on the first external tensor: tensors appended one by one,
+    each proto pointed at its bytes (location, offset, length)."""
 
-    def __init__(self) -> None:
-        self.outer: dict[str, TensorProto] = {}  # merged name -> tensor
-        self.by_content: dict[str, str] = {}  # content digest -> merged name
-        self.saved = 0  # bytes not stored twice
-        self.shared = 0  # initializers stored once for both branches
+    def __init__(self, path: Path):
+        self.path, self.size, self._handle = path, 0, None
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # an earlier run's file (possibly linked from the export cache)
 
-    def add(self, prefix: str, model: onnx.ModelProto) -> dict[str, str]:
-        """Adds ``model``'s initializers; returns its renames (own name -> merged name)."""
-        rename: dict[str, str] = {}
-        for tensor in model.graph.initializer:
-            digest = _digest(tensor)
-            if digest in self.by_content:
-                rename[tensor.name] = self.by_content[digest]
-                self.saved += _nbytes(tensor)
-                self.shared += 1
-                continue
-            name = tensor.name if tensor.name not in self.outer else f"{prefix}/{tensor.name}"
-            copy = TensorProto()
-            copy.CopyFrom(tensor)
-            copy.name = name
-            self.outer[name] = copy
-            self.by_content[digest] = name
-            rename[tensor.name] = name
-        return rename
+    def append(self, tensor: TensorProto, raw: bytes) -> None:
+        if self._handle is None:
+            self._handle = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        offset = self.size
+        self._handle.write(raw)
+        self.size += len(raw)
+        del tensor.external_data[:]
+        for key, value in (("location", self.path.name), ("offset", offset), ("length", len(raw))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = key, str(value)
+        tensor.data_location = TensorProto.EXTERNAL
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
 
 
-def _merged_inputs(past: onnx.ModelProto, first: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
-    """The with-past graph's inputs, then the others of the first step's; an input both
-    have gets the wider type of the two."""
-    inputs = list(past.graph.input)
-    position = {i.name: k for k, i in enumerate(inputs)}
-    for value in first.graph.input:
-        if value.name in position:
-            inputs[position[value.name]] = _widened(inputs[position[value.name]], value)
-        else:
-            position[value.name] = len(inputs)
-            inputs.append(value)
-    return inputs
+def _raw_bytes(tensor: TensorProto, base: Path) -> bytes:
+    """The tensor's bytes as stored: ``raw_data``, its external file's slice, or (typed
+    fields) the array's bytes."""
+    if tensor.data_location == TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        if not location or Path(location).name != location:
+            raise MergeError(f"tensor {tensor.name!r} points outside its folder: {location!r}")
+        with open(base / location, "rb") as f:
+            f.seek(int(info.get("offset", 0)))
+            length = info.get("length")
+            return f.read(int(length)) if length is not None else f.read()
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data
+    return np.ascontiguousarray(numpy_helper.to_array(tensor)).tobytes()
 
 
 def merged_feeds(
@@ -191,10 +242,6 @@ def _check_compatible(past: onnx.ModelProto, first: onnx.ModelProto) -> None:
         functions[0]
     ):
         raise MergeError("the graphs hold different local functions")
-    if any(
-        i.data_location == TensorProto.EXTERNAL for m in (past, first) for i in m.graph.initializer
-    ):
-        raise MergeError("the graphs keep their weights in external data (over 2 GB)")
 
 
 def _branch(
@@ -244,13 +291,8 @@ def _branch(
     return helper.make_graph(nodes, f"{prefix}_branch", [], outputs)
 
 
-def _digest(tensor: TensorProto) -> str:
-    array = numpy_helper.to_array(tensor)
+def _digest(tensor: TensorProto, raw: bytes) -> str:
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{tensor.data_type}:{array.shape}".encode())
-    h.update(np.ascontiguousarray(array).tobytes())
+    h.update(f"{tensor.data_type}:{list(tensor.dims)}:".encode())
+    h.update(raw)
     return h.hexdigest()
-
-
-def _nbytes(tensor: TensorProto) -> int:
-    return int(numpy_helper.to_array(tensor).nbytes)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,24 +60,60 @@ def match_feeds(
     return feeds
 
 
+MIN_TIMED_RUNS = 3  # the latency rules compare medians: fewer samples are too noisy
+
+
 def time_call(fn: Callable[[], Any], warmup: int = 1, repeat: int = 5) -> tuple[Any, float]:
     """Runs ``fn`` ``warmup`` times untimed then ``repeat`` times; returns last result, median."""
     result, durations = time_runs(fn, warmup, repeat)
     return result, statistics.median(durations)
 
 
-def time_runs(fn: Callable[[], Any], warmup: int = 1, repeat: int = 5) -> tuple[Any, list[float]]:
-    """Runs ``fn`` ``warmup`` times untimed then ``repeat`` times; returns last result and
-    every timed duration (the spread tells noise from a real change)."""
+def time_runs(
+    fn: Callable[..., Any],
+    warmup: int = 1,
+    repeat: int = 5,
+    budget_s: float | None = None,
+    prepare: Callable[[], tuple[Any, ...]] = tuple,
+) -> tuple[Any, list[float]]:
+    """Runs ``fn`` ``warmup`` times untimed then up to ``repeat`` times; returns the last
+    result and every timed duration (the spread tells noise from a real change). Each run
+    calls ``fn(*prepare())``, ``prepare`` untimed (fresh clones of inputs a model mutates).
+
+    With ``budget_s``, a call that is slow for its budget stops early: the warm-up ends once
+    it has used half the budget, and timing once :data:`MIN_TIMED_RUNS` runs are in and the
+    timed runs have used the budget (a large model is timed 3 times, a small one ``repeat``)."""
+    begin = time.perf_counter()
     for _ in range(max(0, warmup)):
-        fn()
-    durations = []
+        fn(*prepare())
+        if budget_s is not None and time.perf_counter() - begin > budget_s / 2:
+            break
+    durations: list[float] = []
     result = None
-    for _ in range(max(1, repeat)):
-        begin = time.perf_counter()
-        result = fn()
-        durations.append(time.perf_counter() - begin)
+    for k in range(max(1, repeat)):
+        arguments = prepare()
+        start = time.perf_counter()
+        result = fn(*arguments)
+        durations.append(time.perf_counter() - start)
+        if budget_s is not None and k + 1 >= MIN_TIMED_RUNS and sum(durations) >= budget_s:
+            break
     return result, durations
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``threads`` for a block (``None``: unchanged). One
+    thread by default when timing: on a shared runner a parallel region waits for its
+    slowest thread, which another job may have descheduled (seen: 4-60 ms steps)."""
+    if threads is None or threads == torch.get_num_threads():
+        yield
+        return
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def time_torch_call(
@@ -85,24 +122,25 @@ def time_torch_call(
     kwargs: dict[str, Any],
     warmup: int = 1,
     repeat: int = 5,
+    budget_s: float | None = None,
+    threads: int | None = None,
 ) -> tuple[Any, list[float]]:
     """Times a torch call on fresh clones (models may mutate inputs, e.g. caches);
     returns the last result and every timed duration."""
-    durations = []
-    result = None
-    with torch.no_grad():
-        for k in range(max(0, warmup) + max(1, repeat)):
-            a, kw = structure.clone_tree(args), structure.clone_tree(kwargs)
-            begin = time.perf_counter()
-            result = method(*a, **kw)
-            if k >= warmup:
-                durations.append(time.perf_counter() - begin)
-    return result, durations
+
+    def prepare() -> tuple[Any, ...]:
+        return structure.clone_tree(args), structure.clone_tree(kwargs)
+
+    def call(a: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        return method(*a, **kw)
+
+    with torch.no_grad(), torch_threads(threads):
+        return time_runs(call, warmup, repeat, budget_s, prepare)
 
 
-def run_ort(session, feeds: dict[str, np.ndarray], warmup: int, repeat: int):
+def run_ort(session, feeds: dict[str, np.ndarray], warmup: int, repeat: int, budget_s=None):
     """Runs a session with warm-up and repeats; returns (outputs, every timed duration)."""
-    return time_runs(lambda: session.run(None, feeds), warmup=warmup, repeat=repeat)
+    return time_runs(lambda: session.run(None, feeds), warmup, repeat, budget_s)
 
 
 @dataclass
@@ -125,6 +163,8 @@ def replay_observation(
     warmup: int,
     repeat: int,
     method: Callable[..., Any] | None = None,
+    budget_s: float | None = None,
+    threads: int | None = None,
 ) -> Replay:
     """One stored call through onnxruntime (and torch when ``method`` is given), compared
     with the outputs stored at observation time. Never raises: errors go in the result."""
@@ -138,7 +178,7 @@ def replay_observation(
     if method is not None:
         try:
             _, row.torch_latencies_s = time_torch_call(
-                method, observation.args, observation.kwargs, warmup, repeat
+                method, observation.args, observation.kwargs, warmup, repeat, budget_s, threads
             )
             row.torch_latency_s = statistics.median(row.torch_latencies_s)
         except Exception as e:
@@ -148,7 +188,7 @@ def replay_observation(
         flat = observer.infer_arguments(index, flat=True)
         row.inputs = structure.tensor_summary(dict(zip(names, flat)))
         feeds = match_feeds([i.name for i in session.get_inputs()], names, flat)
-        replay.ort_outputs, row.ort_latencies_s = run_ort(session, feeds, warmup, repeat)
+        replay.ort_outputs, row.ort_latencies_s = run_ort(session, feeds, warmup, repeat, budget_s)
         row.ort_latency_s = statistics.median(row.ort_latencies_s)
     except Exception as e:
         row.error = error_tail(e) + _absent_hint(names, flat_observed)

@@ -29,6 +29,7 @@ from observer_ci.pipeline.causes import (
 )
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.environment import environment_fingerprint
+from observer_ci.pipeline.export_cache import forget_weight_digests
 from observer_ci.pipeline.model_steps import process_model
 
 
@@ -87,6 +88,7 @@ def run_script(
 ) -> list[ModelResult]:
     """Executes one observation script, then processes what it registered."""
     progress(f"running {script}")
+    forget_weight_digests()  # user code runs next: weights may change unseen
     registry.take_registered()
     failure: ModelResult | None = None
     begin = time.perf_counter()
@@ -134,7 +136,7 @@ def _process_safely(
 ) -> ModelResult:
     """``process_model`` whose unexpected errors become a result row (never a crash)."""
     try:
-        return process_model(entry, out_dir, config=config, progress=progress)
+        return process_model(entry, out_dir, config=config.for_model(entry.name), progress=progress)
     except Exception as e:
         progress(f"{entry.name}: cannot be processed: {type(e).__name__}: {e}")
         return ModelResult(

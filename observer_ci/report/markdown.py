@@ -36,6 +36,7 @@ from observer_ci.core.results import (
     RunResults,
     quantile,
 )
+from observer_ci.report.changes import moved_outputs, op_diff_text, version_changes
 from observer_ci.report.chart import SOURCE_PAIRED, chart_points, latency_chart
 from observer_ci.report.escape import code_block, escape_cell, escape_html, truncate
 from observer_ci.report.rules import RULES_BY_NAME, Regression, Thresholds, worst_error
@@ -192,6 +193,8 @@ class _Renderer:
         # the "ORT vs base" column: with a base, or a paired timing (results merged later)
         self.versus_base = base is not None or any(_paired(m) for m in head.models)
         self._cache: dict[tuple, str] = {}
+        self.policy_lines: list[str] = []  # the policy file's entries, for the legend
+        self.trend = ""  # Mermaid trend charts over the default branch's history
 
     def cached(self, key: tuple, make: Callable[[], str]) -> str:
         if key not in self._cache:
@@ -206,6 +209,7 @@ class _Renderer:
         blocks.append(self.cached(("regressions", level), lambda: self.regressions_table(level)))
         if level < LEVEL_NO_INPUTS:
             blocks.append(self.cached(("chart",), self.chart))
+            blocks.append(self.trend)  # history of the default branch (report.history)
         if level < LEVEL_MINIMAL:
             blocks.append(self.cached(("legend",), self.legend))
             blocks.append(self.details_section(level))
@@ -256,6 +260,9 @@ class _Renderer:
             diff = _environment_diff(self.base.environment, self.head.environment)
             if diff:
                 lines.append(f"⚠️ Base environment differs (latencies less comparable): {diff}")
+            upgrade = _version_change_line(self.base, self.head)
+            if upgrade:
+                lines.append(upgrade)
         return "  \n".join(lines)
 
     # -- summary --------------------------------------------------------------------------
@@ -347,7 +354,8 @@ class _Renderer:
             "outputs over every replayed call; rel is `|torch - ort| / (|torch| + 1e-3)`.",
             "- **ORT / torch**: median latency of a call over the timed runs; in brackets the "
             "10th and 90th percentiles of those runs (the noise of this machine)"
-            + ("; `· ×1.2 vs base` compares with base's separate run." if against else "."),
+            + ("; `· ×1.2 vs base` compares with base's separate run." if against else ".")
+            + _timing_settings(self.head.settings),
         ]
         if self.versus_base:
             lines.append(
@@ -370,7 +378,16 @@ class _Renderer:
             f"×{format_float(th.latency_ratio_max)} (the paired ratio when there is one) and "
             "is flagged only beyond the noise (paired: head slower in 90% of the pairs; "
             "separate runs: head's 10th percentile over base's 90th); node count may grow "
-            f"×{format_float(th.node_growth_max)}.",
+            f"×{format_float(th.node_growth_max)}, the ONNX file size "
+            f"×{format_float(th.size_growth_max)}.",
+            *(
+                [
+                    "- **Policy file** (per model, over the values above): "
+                    + "; ".join(_inline(line, 200) for line in self.policy_lines[:20])
+                ]
+                if self.policy_lines
+                else []
+            ),
             f"- **Environment**: {env}",
             "",
             "</details>",
@@ -396,6 +413,16 @@ class _Renderer:
         parts = ["### Details"] + [self.model_details(i, m, level) for i, m in enumerate(models)]
         return "\n\n".join(parts)
 
+    def ops_changed(self, model: ModelResult) -> str:
+        """``**Ops vs base:** +8 Cast, -1 Softmax (gone)`` when the op counts moved."""
+        old = self.base.by_name().get(model.name) if self.base is not None else None
+        if old is None or old.export is None or model.export is None:
+            return ""
+        if not old.export.op_counts or not model.export.op_counts:
+            return ""
+        text = op_diff_text(old.export.op_counts, model.export.op_counts)
+        return f"**Ops vs base:** {_inline(text, 400)}" if text else ""
+
     def model_details(self, index: int, model: ModelResult, level: int) -> str:
         parts = [model.name, model.status] + ([model.script] if model.script else [])
         summary = " · ".join(escape_html(truncate(" ".join(p.split()), 200)) for p in parts)
@@ -411,6 +438,9 @@ class _Renderer:
             _phases_line(model),
         ]
         blocks.append("  \n".join(f for f in facts if f))
+        changed = self.ops_changed(model)
+        if changed:
+            blocks.append(changed)
         if len(model.graphs) > 1:
             blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
         if level < LEVEL_NO_INPUTS and model.inputs:
@@ -459,6 +489,29 @@ def _error_cell(model: ModelResult, old: ModelResult | None, metric: str) -> str
     if old is not None and value is not None:
         text += _change(value, worst_error(old, metric))
     return text
+
+
+def _timing_settings(settings: dict[str, object]) -> str:
+    """How the timed runs were made, as results.json recorded it (older files: nothing)."""
+    if "torch_threads" not in settings:
+        return ""
+
+    def threads(value: object) -> str:
+        if not isinstance(value, int) or value <= 0:
+            return "its default threads"
+        return f"{value} thread" + ("s" if value != 1 else "")
+
+    text = (
+        f" torch timed with {threads(settings.get('torch_threads'))}, onnxruntime with "
+        f"{threads(settings.get('ort_threads'))}"
+    )
+    budget = settings.get("time_budget_s")
+    if budget:
+        text += (
+            f"; up to {settings.get('repeat')} timed runs per call, fewer (at least 3) once "
+            f"a call has used {budget}s"
+        )
+    return text + "."
 
 
 def _latency_cell(model: ModelResult, old: ModelResult | None, runtime: str) -> str:
@@ -530,6 +583,25 @@ def _environment_line(env: dict[str, Any]) -> str:
             label = _inline(part.get("label", ""), 60)
             items.append(f"{label}: {_environment_line(part.get('environment') or {})}")
     return " · ".join(items) if items else NONE
+
+
+def _version_change_line(base: RunResults, head: RunResults) -> str:
+    """The packages the pull request moved, and the models whose outputs moved with them."""
+    changes = version_changes(base, head)
+    if not changes:
+        return ""
+    moved = moved_outputs(base, head)
+    text = "📦 Versions changed: " + ", ".join(
+        f"{p} {_inline(old, 40)} → {_inline(new, 40)}" for p, (old, new) in changes.items()
+    )
+    if moved:
+        shown = ", ".join(
+            f"{_inline(name, 80)} (abs {format_float(a)} → {format_float(b)})"
+            for name, a, b in moved[:5]
+        )
+        more = f" and {len(moved) - 5} more" if len(moved) > 5 else ""
+        return f"{text}; outputs that moved with it: {shown}{more}."
+    return f"{text}; no model's worst error moved with it."
 
 
 def _environment_diff(base: dict[str, Any], head: dict[str, Any]) -> str:
@@ -836,8 +908,13 @@ def _renderer(
     title: str = "observer-ci",
     run_url: str | None = None,
     thresholds: Thresholds | None = None,
+    policy_lines: list[str] | None = None,
+    trend: str = "",
 ) -> _Renderer:
-    return _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
+    renderer = _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
+    renderer.policy_lines = list(policy_lines or [])
+    renderer.trend = trend
+    return renderer
 
 
 def render_report(
@@ -849,6 +926,8 @@ def render_report(
     title: str = "observer-ci",
     run_url: str | None = None,
     thresholds: Thresholds | None = None,
+    policy_lines: list[str] | None = None,
+    trend: str = "",
 ) -> str:
     """The Markdown PR comment (see the module docstring).
 
@@ -858,7 +937,13 @@ def render_report(
     ``max_chars``. ``thresholds`` are the ones the regressions were computed with
     (stated in the legend).
     """
-    options: dict[str, Any] = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    options: dict[str, Any] = {
+        "title": title,
+        "run_url": run_url,
+        "thresholds": thresholds,
+        "policy_lines": policy_lines,
+        "trend": trend,
+    }
     return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
 
@@ -872,6 +957,8 @@ def write_report_files(
     write_results: bool = True,
     title: str = "observer-ci",
     thresholds: Thresholds | None = None,
+    policy_lines: list[str] | None = None,
+    trend: str = "",
 ) -> str:
     """Writes ``results.json`` first (and ``base-results.json``), then the full
     ``report.md``; returns the report. Called before anything is posted."""
@@ -880,7 +967,13 @@ def write_report_files(
         head.write(out / "results.json")
         if base is not None:
             base.write(out / "base-results.json")
-    options: dict[str, Any] = {"title": title, "run_url": run_url, "thresholds": thresholds}
+    options: dict[str, Any] = {
+        "title": title,
+        "run_url": run_url,
+        "thresholds": thresholds,
+        "policy_lines": policy_lines,
+        "trend": trend,
+    }
     report = render_report(head, regressions, base, max_chars=None, **options)
     (out / "report.md").write_text(report, encoding="utf-8")
     return report

@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from observer_ci.core.errors import error_headline
 from observer_ci.core.results import (
@@ -29,7 +30,12 @@ from observer_ci.core.results import (
     RunResults,
     max_or_none,
 )
-from observer_ci.report.tables import format_seconds, plural
+from observer_ci.report.changes import op_diff_text, op_set_changed
+from observer_ci.report.tables import format_bytes, format_seconds, plural
+
+if TYPE_CHECKING:
+    from observer_ci.report.history import Band
+    from observer_ci.report.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,8 @@ RULE_TABLE: tuple[Rule, ...] = (
         "one), beyond the measured noise",
     ),
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
+    Rule("op_set_changed", "count", False, "an ONNX op type appeared in or vanished from a graph"),
+    Rule("size_growth", "count", False, "ONNX file size over size_growth_max x base"),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
     # Warnings for a graph that is not what the user thinks (graph_warnings.py): they never
@@ -99,6 +107,7 @@ class Thresholds:
     rel_growth: float = 10.0
     latency_ratio_max: float = 1.5
     node_growth_max: float = 1.10
+    size_growth_max: float = 1.10
     min_latency_s: float = 1e-4
 
 
@@ -194,20 +203,40 @@ def compare(
     base: RunResults | None,
     thresholds: Thresholds,
     fail_on: Iterable[str],
+    policy: Policy | None = None,
+    bands: dict[str, Band] | None = None,
 ) -> list[Regression]:
-    """All regressions of ``head`` (against ``base`` when given), in a stable order."""
+    """All regressions of ``head`` (against ``base`` when given), in a stable order.
+    With a ``policy``, each model gets its own thresholds and ``fail_on``, and the
+    regressions it accepts are reported without failing the build. With history ``bands``
+    (:mod:`observer_ci.report.history`), a model's latency is tested against its band."""
     fail_on = set(fail_on)
     base_models = base.by_name() if base is not None else {}
     found: list[Regression] = []
     for model in head.models:
         old = base_models.get(model.name)
-        found.extend(_compare_model(model, old, thresholds, fail_on, base is not None))
+        th, rules = thresholds, fail_on
+        if policy is not None:
+            th = policy.thresholds_for(model.name, thresholds)
+            rules = policy.fail_on_for(model.name, fail_on)
+        band = (bands or {}).get(model.name)
+        regressions = _compare_model(model, old, th, rules, base is not None, band)
+        accepted = policy.accepted_for(model.name) if policy is not None else set()
+        found.extend(
+            dataclasses.replace(r, fails_build=False, message=f"{ACCEPTED}: {r.message}")
+            if r.rule in accepted
+            else r
+            for r in regressions
+        )
     if base is not None:
         head_names = {m.name for m in head.models}
         for old in base.models:
             if old.name not in head_names:
                 found.append(_missing(old, fail_on))
     return sorted(found, key=_sort_key)
+
+
+ACCEPTED = "accepted in the policy file"
 
 
 def _sort_key(reg: Regression) -> tuple[str, int, str]:
@@ -220,6 +249,7 @@ def _compare_model(
     th: Thresholds,
     fail_on: set[str],
     has_base_run: bool = False,
+    band: Band | None = None,
 ) -> list[Regression]:
     # Failure, discrepancy, error growth and the probe can all be symptoms of one
     # broken graph: they are folded into one regression (its root cause).
@@ -236,8 +266,13 @@ def _compare_model(
     found = [_root_cause(symptoms)] if symptoms else []
     if base is not None:
         found.extend(_dynamic_dims_lost(head, base, fail_on))
-        found.extend(_latency(head, base, th, fail_on))
+        if band is not None and head.paired_latency is None:
+            found.extend(_band_latency(head, band, th, fail_on))
+        else:
+            found.extend(_latency(head, base, th, fail_on))
         found.extend(_node_count(head, base, th, fail_on))
+        found.extend(_op_set(head, base, fail_on))
+        found.extend(_size(head, base, th, fail_on))
     found.extend(_graph_warnings(head, base, fail_on))
     return found
 
@@ -435,6 +470,26 @@ def _latency(
     return _slower(head, th, fail_on, new / old, old, new, "separate runs", noise)
 
 
+def _band_latency(
+    head: ModelResult, band: Band, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """Head's ORT median against the history's band (``history.over_band``)."""
+    from observer_ci.report.history import over_band
+
+    new = head.median_ort_latency_s
+    if new is None or band.median <= 0 or max(new, band.median) < th.min_latency_s:
+        return []
+    if not over_band(new, band, th.latency_ratio_max):
+        return []
+    message = (
+        f"ORT median latency ×{new / band.median:.3g} (> ×{th.latency_ratio_max:.3g}) the median "
+        f"of the last {band.runs} main runs ({format_seconds(band.median)} → "
+        f"{format_seconds(new)}), above their 10th-90th percentile band "
+        f"({format_seconds(band.low)}–{format_seconds(band.high)})"
+    )
+    return [_reg(head, "latency_ratio", message, band.median, new, fail_on)]
+
+
 def _paired_latency(
     head: ModelResult, paired: PairedLatency, th: Thresholds, fail_on: set[str]
 ) -> list[Regression]:
@@ -490,6 +545,33 @@ def _node_count(
         return []
     message = f"ONNX node count ×{ratio:.3g} (> ×{th.node_growth_max:.3g}): {old} → {new}"
     return [_reg(head, "node_count_growth", message, old, new, fail_on)]
+
+
+def _op_set(head: ModelResult, base: ModelResult, fail_on: set[str]) -> list[Regression]:
+    changed = op_set_changed(base, head)
+    if changed is None:
+        return []
+    new, gone = changed
+    parts = ([f"new {', '.join(new[:6])}"] if new else []) + (
+        [f"gone {', '.join(gone[:6])}"] if gone else []
+    )
+    counts = op_diff_text(base.export.op_counts, head.export.op_counts)  # type: ignore[union-attr]
+    message = f"ONNX op types changed ({'; '.join(parts)}): {counts}"
+    return [_reg(head, "op_set_changed", message, len(gone), len(new), fail_on)]
+
+
+def _size(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    new = head.export.file_size if head.export is not None else None
+    old = base.export.file_size if base.export is not None else None
+    if not new or not old or new / old <= th.size_growth_max:
+        return []
+    message = (
+        f"ONNX file size ×{new / old:.3g} (> ×{th.size_growth_max:.3g}): "
+        f"{format_bytes(old)} → {format_bytes(new)}"
+    )
+    return [_reg(head, "size_growth", message, old, new, fail_on)]
 
 
 def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:

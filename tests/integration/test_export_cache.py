@@ -227,12 +227,16 @@ def test_the_least_recently_used_entries_are_evicted_past_the_cap(cold_and_hit, 
     assert cache.load(k[2], tmp_path / "out" / "m.onnx").ok  # what stays is still whole
 
 
-def test_an_entry_over_the_whole_cap_is_not_stored(cold_and_hit, tmp_path):
+def test_an_entry_over_the_whole_cap_is_stored_alone_and_says_so(cold_and_hit, tmp_path):
     _, cold, _ = cold_and_hit
-    (key,) = some_keys(1)
+    first, key = some_keys(2)
+    assert ExportCache(tmp_path / "c", max_bytes=None).store(first, cold.export)
     small = ExportCache(tmp_path / "c", max_bytes=1000)
-    assert cold.export.file_size > 1000 and small.store(key, cold.export) is False
-    assert small.entries() == [] and small.load(key, tmp_path / "m.onnx") is None
+    outcome = small.store(key, cold.export)
+    assert cold.export.file_size > 1000 and outcome.stored
+    assert "larger than the cache's cap" in outcome.note and "raise cache-max-mb" in outcome.note
+    assert [k for _, _, k in small.entries()] == [key]  # the older entry made room
+    assert small.load(key, tmp_path / "m.onnx").cached
 
 
 def test_damaged_entries_and_stale_temporaries_go_first(cold_and_hit, tmp_path):
@@ -277,3 +281,64 @@ def test_a_run_under_a_cap_stores_its_export_and_its_inputs_within_limits(cold_a
     assert kept == [old[1], cold.export.cache_key]  # the oldest went
     assert any("not saved for paired timing" in n for n in model.notes)
     assert not list((tmp_path / "out" / "onnx").glob("*.feeds.npz"))
+
+
+HIT_IN_A_FRESH_PROCESS = """
+import json, sys
+from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.scripts import run_scripts
+config = RunConfig(warmup=0, repeat=1, probe=False, cache_dir=sys.argv[2])
+(model,) = run_scripts([sys.argv[1]], sys.argv[3], config=config, progress=lambda m: None).models
+heavy = ["onnx", "onnxscript", "onnx_ir", "torch.onnx._internal.exporter._registration"]
+print(json.dumps({"cached": model.export.cached, "status": model.status,
+                  "loaded": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def test_a_hit_loads_neither_onnx_nor_the_exporter(cold_and_hit, tmp_path):
+    root, _, _ = cold_and_hit
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", HIT_IN_A_FRESH_PROCESS, str(MLP), str(root / "cache"), tmp_path],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts == {"cached": True, "status": "ok", "loaded": []}, out.stderr[-2000:]
+
+
+def test_a_hit_links_the_entry_and_a_write_through_the_link_is_caught(cold_and_hit, tmp_path):
+    root, cold, _ = cold_and_hit
+    cache = ExportCache(tmp_path / "c", max_bytes=None)
+    key = "ab" * 20
+    assert cache.store(key, cold.export)
+    target = tmp_path / "out" / "m.onnx"
+    assert cache.load(key, target).cached
+    stored = cache.entry_dir(key) / Path(cold.export.onnx_path).name
+    assert os.path.samefile(target, stored)  # linked: no bytes copied
+    time.sleep(0.02)
+    with open(target, "r+b") as f:  # a tool rewriting the output in place
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
+    assert cache.load(key, tmp_path / "again.onnx") is None  # checksums read again: discarded
+    assert not cache.entry_dir(key).exists()
+
+
+def test_weights_are_hashed_once_per_script_and_still_follow_writes():
+    from observer_ci.pipeline import export_cache
+
+    model = torch.nn.Linear(8, 8)
+    first = export_cache._state_digest(model)
+    assert id(model.weight) in export_cache._BYTES_DIGESTS  # memoised
+    assert export_cache._state_digest(model) == first
+    with torch.no_grad():
+        model.weight.mul_(2)  # moves the version counter
+    second = export_cache._state_digest(model)
+    assert second != first
+    model.bias.data.add_(1)  # moves nothing the memo sees...
+    export_cache.forget_weight_digests()  # ...which is why each script starts without it
+    assert export_cache._state_digest(model) != second

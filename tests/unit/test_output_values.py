@@ -20,7 +20,7 @@ from tests.support import REPO_ROOT
 
 ROOT = REPO_ROOT
 # The modules that write the action's outputs.
-WRITERS = ("action/main.py", "github/sticky.py", "action/publish.py")
+WRITERS = ("action/main.py", "action/comment.py", "github/sticky.py", "action/publish.py")
 _GROUPS = {"COMMENT_": COMMENT_STATUSES, "GATE_": GATE_STATUSES}
 
 

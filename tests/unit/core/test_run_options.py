@@ -38,6 +38,9 @@ FLAGS = [
     "--reverse-order",
     "--no-gate",
     "--journal=j.jsonl",
+    "--policy=p.yml",
+    "--bundles=all",
+    "--history-runs=5",
 ]
 
 

@@ -1,0 +1,55 @@
+"""Timed runs that fit: a time budget per call with a stopping rule, torch on one thread."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from observer_ci.pipeline.replay import MIN_TIMED_RUNS, time_runs, time_torch_call, torch_threads
+
+
+def slow_call() -> str:
+    time.sleep(0.01)
+    return "done"
+
+
+def test_a_call_slow_for_its_budget_is_timed_the_minimum_number_of_times():
+    calls = []
+    result, durations = time_runs(lambda: calls.append(1) or "x", warmup=2, repeat=10, budget_s=0)
+    assert result == "x" and len(durations) == MIN_TIMED_RUNS
+    assert len(calls) == 1 + MIN_TIMED_RUNS  # the warm-up stopped after its first run too
+
+
+def test_a_fast_call_gets_every_repeat_and_no_budget_means_every_repeat():
+    _, fast = time_runs(lambda: None, warmup=1, repeat=10, budget_s=60.0)
+    _, unbounded = time_runs(slow_call, warmup=0, repeat=5, budget_s=None)
+    assert len(fast) == 10 and len(unbounded) == 5
+
+
+def test_inputs_are_prepared_outside_the_timed_region():
+    prepared = []
+
+    def prepare() -> tuple[int]:
+        time.sleep(0.02)
+        prepared.append(1)
+        return (len(prepared),)
+
+    result, durations = time_runs(lambda n: n, warmup=1, repeat=3, prepare=prepare)
+    assert result == 4 and len(prepared) == 4
+    assert max(durations) < 0.02  # the 20 ms of each preparation are not in the timing
+
+
+def test_torch_is_timed_on_the_threads_asked_and_restored_after():
+    before = torch.get_num_threads()
+    seen = []
+
+    def method(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return x + 1
+
+    out, durations = time_torch_call(method, (torch.ones(2),), {}, warmup=1, repeat=2, threads=1)
+    assert seen == [1, 1, 1] and torch.equal(out, torch.full((2,), 2.0)) and len(durations) == 2
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before

@@ -1,0 +1,87 @@
+"""History of the default branch: runs read from a directory, a latency band per model,
+identical reruns quiet, a 2x slower model flagged, a trend chart, bad files skipped."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from observer_ci.report.history import MIN_RUNS, _label, read_history, trend_section
+from observer_ci.report.markdown import render_report
+from observer_ci.report.rules import DEFAULT_FAIL_ON, RULES, Thresholds, compare
+from tests.support.builders import model, observation, run
+
+
+def timed(name: str, seconds: float):
+    calls = [observation(i, ort=seconds, ort_latencies_s=[seconds] * 3) for i in range(2)]
+    return model(name, observations=calls)
+
+
+def write_history(root, n: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    for k in range(n):
+        jitter = rng.uniform(0.93, 1.07)  # the noise of a shared runner
+        past = run(timed("mlp", 1e-3 * jitter), timed("cnn", 4e-3 * jitter), label="main")
+        past.created_at = f"2026-11-{k + 1:02d}T10:00:00+00:00"
+        past.commit = f"{k:040x}"
+        past.write(root / f"run-{k}" / "nested" / "results.json")  # any depth
+
+
+def alerts(head, history) -> list[str]:
+    regs = compare(head, history.latest, Thresholds(), set(RULES), bands=history.bands)
+    return [r.model for r in regs if r.rule == "latency_ratio"]
+
+
+def test_identical_reruns_raise_no_alert_and_a_2x_slower_model_is_flagged(tmp_path):
+    write_history(tmp_path, 20)
+    history = read_history(f"history:{tmp_path}", last=20)
+    assert len(history.runs) == 20 and set(history.bands) == {"mlp", "cnn"}
+    band = history.bands["mlp"]
+    assert band.low < band.median < band.high and band.runs == 20
+    rng = random.Random(1)
+    false_alarms = 0
+    for _ in range(20):
+        jitter = rng.uniform(0.93, 1.07)
+        false_alarms += len(alerts(run(timed("mlp", 1e-3 * jitter), timed("cnn", 4e-3)), history))
+    assert false_alarms == 0
+    slowed = run(timed("mlp", 2e-3), timed("cnn", 4e-3))
+    assert alerts(slowed, history) == ["mlp"]
+    (reg,) = [
+        r
+        for r in compare(
+            slowed, history.latest, Thresholds(), set(DEFAULT_FAIL_ON), bands=history.bands
+        )
+        if r.rule == "latency_ratio"
+    ]
+    assert "last 20 main runs" in reg.message and "percentile band" in reg.message
+
+
+def test_the_newest_runs_are_kept_and_unreadable_files_skipped(tmp_path):
+    write_history(tmp_path, 6)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "results.json").write_text("{not json")
+    history = read_history(tmp_path, last=4)
+    assert [r.commit[-1] for r in history.runs] == ["2", "3", "4", "5"]  # oldest first
+    assert history.latest.commit == f"{5:040x}"
+
+
+def test_too_few_runs_draw_no_band_and_a_missing_directory_is_an_error(tmp_path):
+    write_history(tmp_path, MIN_RUNS - 1)
+    assert read_history(tmp_path).bands == {}
+    with pytest.raises(ValueError, match="history directory not found"):
+        read_history(tmp_path / "nope")
+
+
+def test_the_trend_is_a_mermaid_chart_with_the_pull_request_last(tmp_path):
+    write_history(tmp_path, 5)
+    history = read_history(tmp_path)
+    head = run(timed("mlp", 1e-3), timed("<b>@evil</b>", 1e-3))
+    section = trend_section(history, head)
+    assert section.startswith("### Trend") and section.count("xychart-beta") == 1
+    assert "x-axis [1, 2, 3, 4, 5, PR]" in section and "line [" in section
+    report = render_report(head, [], history.latest, trend=section)
+    assert "### Trend" in report
+    title = _label('x"]\n    line [9999] <b>@someone</b>')  # a title cannot break out
+    assert not set(title) & set('"[]<>@\n')
+    assert trend_section(read_history(tmp_path / "run-0"), run()) == ""
