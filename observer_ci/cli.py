@@ -75,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         "by side with another one then starts on other models, sharing the export cache",
     )
     run.add_argument(
+        "--variants",
+        default="",
+        help="graphs users deploy, each replayed on every observed call: a comma list of "
+        "fp16, int8, optimized, or all (default: none)",
+    )
+    run.add_argument(
+        "--providers",
+        default="cpu",
+        help="onnxruntime providers to replay on: cpu, cuda, tensorrt, coreml, dml, openvino "
+        "or all (default: cpu); one this onnxruntime lacks is a skipped row",
+    )
+    run.add_argument(
         "--no-gate", action="store_true", help="always exit 0 once results are written"
     )
     run.add_argument(
@@ -181,6 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.rtol is not None:
         thresholds = _with(thresholds, rel_max=args.rtol)
     base = _read(args.baseline) if args.baseline else None
+    variants, providers = _variants(args)
     config = RunConfig(
         atol=thresholds.abs_max,
         rtol=thresholds.rel_max,
@@ -192,6 +205,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         cache_max_bytes=cache_max_bytes,
         threads=args.threads,
         save_feeds=args.save_feeds,
+        variants=variants,
+        providers=providers,
+        variant_tolerances={v: thresholds.variant_limits(v) for v in variants},
     )
     head = run_scripts(
         expand_scripts(args.scripts),
@@ -272,6 +288,15 @@ def _gate(args: argparse.Namespace):
 
     try:
         return parse_thresholds(args.thresholds), parse_fail_on(args.fail_on)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _variants(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from observer_ci.core.variants import parse_providers, parse_variants
+
+    try:
+        return parse_variants(args.variants), parse_providers(args.providers)
     except ValueError as e:
         raise UsageError(str(e)) from e
 

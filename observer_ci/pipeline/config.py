@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from observer_ci.core.constants import FEEDS_MAX_BYTES
+from observer_ci.core.variants import DEFAULT_PROVIDERS, FLOAT32, VARIANT_TOLERANCES
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB
 from observer_ci.report.rules import Thresholds
 
@@ -29,6 +30,15 @@ class RunConfig:
     save_feeds: bool = False  # save the onnxruntime inputs for paired base/head timing
     merge_decoders: bool = True  # decoder_model_merged.onnx when a decoder has two families
     feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
+    variants: tuple[str, ...] = ()  # core.variants: fp16, int8, optimized (pipeline/variants.py)
+    providers: tuple[str, ...] = DEFAULT_PROVIDERS  # core.variants.PROVIDERS keys
+    variant_tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # overrides
+
+    def variant_limits(self, variant: str) -> tuple[float, float]:
+        """``(abs_max, rel_max)`` of a variant: float32 is the graph's own tolerances."""
+        if variant == FLOAT32:
+            return self.atol, self.rtol
+        return self.variant_tolerances.get(variant, VARIANT_TOLERANCES[variant])
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""
@@ -39,4 +49,6 @@ class RunConfig:
             "warmup": self.warmup,
             "repeat": self.repeat,
             "probe": self.probe,
+            **({"variants": list(self.variants)} if self.variants else {}),
+            **({"providers": list(self.providers)} if self.providers != DEFAULT_PROVIDERS else {}),
         }

@@ -29,6 +29,7 @@ from observer_ci.core.results import (
     RunResults,
     max_or_none,
 )
+from observer_ci.core.variants import FLOAT32, VARIANT_TOLERANCES
 from observer_ci.report.tables import format_seconds, plural
 
 
@@ -100,6 +101,19 @@ class Thresholds:
     latency_ratio_max: float = 1.5
     node_growth_max: float = 1.10
     min_latency_s: float = 1e-4
+    # per variant (core.variants.VARIANT_TOLERANCES); ``fp16.abs_max=...`` sets fp16_abs_max
+    fp16_abs_max: float = VARIANT_TOLERANCES["fp16"][0]
+    fp16_rel_max: float = VARIANT_TOLERANCES["fp16"][1]
+    int8_abs_max: float = VARIANT_TOLERANCES["int8"][0]
+    int8_rel_max: float = VARIANT_TOLERANCES["int8"][1]
+    optimized_abs_max: float = VARIANT_TOLERANCES["optimized"][0]
+    optimized_rel_max: float = VARIANT_TOLERANCES["optimized"][1]
+
+    def variant_limits(self, variant: str) -> tuple[float, float]:
+        """``(abs_max, rel_max)`` a variant is judged with (float32: the graph's own)."""
+        if variant == FLOAT32:
+            return self.abs_max, self.rel_max
+        return getattr(self, f"{variant}_abs_max"), getattr(self, f"{variant}_rel_max")
 
 
 @dataclass
@@ -131,7 +145,7 @@ def parse_thresholds(text: str | None, base: Thresholds | None = None) -> Thresh
     updates: dict[str, float] = {}
     for item in _split(text):
         key, sep, raw = item.partition("=")
-        key = key.strip()
+        key = key.strip().replace(".", "_", 1)  # fp16.abs_max is fp16_abs_max
         if not sep:
             raise ValueError(f"threshold {item!r} is not key=value; valid keys: {', '.join(valid)}")
         if key not in valid:

@@ -1,0 +1,87 @@
+"""Run a step in a forked copy of the process, so a crash of native code is a row, not the run.
+
+onnxruntime can die on a graph it is handed (observed: a float16 LSTM segfaults while the CPU
+session is created). A check that may meet such a graph runs here: the fork shares everything
+already loaded (no import cost, the torch outputs are there), sends its value back through a
+file, and a signal or an exit without a value becomes :class:`Crashed`. Where ``os.fork`` does
+not exist (Windows) the step runs in this process.
+
+The forked step must not run torch kernels (OpenMP pools do not survive a fork): compute what
+needs torch before, in the parent.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from observer_ci.core.errors import error_tail
+
+T = TypeVar("T")
+
+
+@dataclass
+class Crashed:
+    """The step did not return: why, in words."""
+
+    reason: str
+
+
+def run_isolated(step: Callable[[], T]) -> T | Crashed:
+    """``step()`` in a fork; its exception or its death becomes :class:`Crashed`."""
+    if not hasattr(os, "fork"):  # pragma: no cover - Windows
+        try:
+            return step()
+        except Exception as e:
+            return Crashed(error_tail(e))
+    fd, path = tempfile.mkstemp(prefix="observer-ci-", suffix=".pickle")
+    os.close(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (coverage does not follow forks)
+            _child(step, path)
+        _, status = os.waitpid(pid, 0)
+        return _outcome(status, path)
+    finally:
+        os.unlink(path)
+
+
+def _child(step: Callable[[], Any], path: str) -> None:  # pragma: no cover - in the fork
+    code = 0
+    try:
+        try:
+            value: Any = ("value", step())
+        except BaseException as e:
+            value = ("error", error_tail(e))
+        with open(path, "wb") as f:
+            pickle.dump(value, f)
+    except BaseException:
+        code = 3
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _outcome(status: int, path: str) -> Any:
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return Crashed(f"onnxruntime crashed ({name}): the process died, no Python error")
+    try:
+        with open(path, "rb") as f:
+            kind, value = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return Crashed(f"the check exited with status {os.waitstatus_to_exitcode(status)}")
+    return Crashed(value) if kind == "error" else value
