@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import COMMENT_KEY_PATTERN
+from observer_ci.core.variants import DEFAULT_PROVIDERS, parse_providers, parse_variants
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, parse_fail_on, parse_thresholds
 
 
@@ -131,6 +132,8 @@ class Settings:
     dry_run: bool = False
     verbose: bool = False  # show third-party warnings in the job log
     repeat: int = 10
+    variants: tuple[str, ...] = ()  # fp16, int8, optimized (core.variants)
+    providers: tuple[str, ...] = DEFAULT_PROVIDERS
     timeout_minutes: float = 60.0  # per run of the scripts (head, base) and for install
     github_api_url: str = "https://api.github.com"
     github_server_url: str = "https://github.com"
@@ -161,6 +164,8 @@ class Settings:
         try:
             thresholds = parse_thresholds(get("INPUT_THRESHOLDS"))
             fail_on = frozenset(parse_fail_on(get("INPUT_FAIL_ON", "default")))
+            variants = parse_variants(get("INPUT_VARIANTS"))
+            providers = parse_providers(get("INPUT_PROVIDERS", "cpu"))
         except ValueError as e:
             raise SettingsError(str(e)) from e
         event = read_event(get("GITHUB_EVENT_PATH"))
@@ -184,6 +189,8 @@ class Settings:
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
             verbose=_bool("verbose", env.get("INPUT_VERBOSE"), False),
             repeat=_repeat(get("INPUT_REPEAT", "10")),
+            variants=variants,
+            providers=providers,
             github_api_url=get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
             github_server_url=get("GITHUB_SERVER_URL", "https://github.com").rstrip("/"),
             repository=get("GITHUB_REPOSITORY"),

@@ -34,6 +34,7 @@ from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.journal import JournalState, read_journal
 from observer_ci.core.logs import logger
 from observer_ci.core.results import STATUS_SCRIPT_FAILED, ModelResult, RunResults
+from observer_ci.core.variants import DEFAULT_PROVIDERS, TOLERANCE_METRICS
 
 # The observer child imports torch before the first script starts and writes its files
 # after the last one: those phases get this much on top of ``timeout_minutes``.
@@ -284,6 +285,7 @@ def _observer_child(
         repr(settings.thresholds.rel_max),
         "--no-gate",
         *(["--verbose"] if settings.verbose else []),
+        *variant_args(settings),
         *extra_args,
         "--journal",
         str(journal),
@@ -319,6 +321,21 @@ def _observer_child(
         except ValueError as e:
             state.problems.append(f"results.json unreadable: {e}")
     return outcome, state, final
+
+
+def variant_args(settings: Settings) -> list[str]:
+    """``--variants``, ``--providers`` and the variants' tolerances for the child (none
+    without variants or other providers)."""
+    if not settings.variants and settings.providers == DEFAULT_PROVIDERS:
+        return []
+    limits = ",".join(
+        f"{v}_{metric}={value!r}"
+        for v in settings.variants
+        for metric, value in zip(TOLERANCE_METRICS, settings.thresholds.variant_limits(v))
+    )
+    args = ["--variants", ",".join(settings.variants) or "none"]
+    args += ["--providers", ",".join(settings.providers)]
+    return args + (["--thresholds", limits] if limits else [])
 
 
 def _own_source_root() -> str:
