@@ -365,7 +365,13 @@ def _replay(
 
     outcome = run_isolated(step)
     if isinstance(outcome, Crashed):
-        row = VariantResult(variant, provider, STATE_FAILED, reason=outcome.reason)
+        reason = outcome.reason
+        if variant == FP16 and "crashed" in reason:
+            reason += (
+                f"; the {provider} provider may lack a float16 kernel for an op of this graph: "
+                "keep that op in float32 (convert_float_to_float16's op_block_list)"
+            )
+        row = VariantResult(variant, provider, STATE_FAILED, reason=reason)
         row.abs_max, row.rel_max = limits
         return row
     return outcome

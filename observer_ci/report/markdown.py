@@ -54,6 +54,7 @@ from observer_ci.report.tables import (
     ratio,
     readable_tensors,
 )
+from observer_ci.report.variants import has_variants, variants_cell, variants_section
 
 __all__ = [
     "GITHUB_MAX_CHARS",
@@ -266,7 +267,7 @@ class _Renderer:
         header = ["", "model", "export", "worst abs", "worst rel", "ORT"]
         if self.versus_base:
             header.append("ORT vs base")
-        header += ["torch", "probe", "dynamic dims"]
+        header += ["torch", "probe", "dynamic dims"] + (["variants"] * has_variants(self.head))
         rows = [self.summary_row(m) for m in self.ordered_models()]
         return markdown_table(header, rows, max_cell=120)
 
@@ -290,6 +291,8 @@ class _Renderer:
             Markup(_probe_cell(model.probe)),
             Markup(_dims_cell(model.export)),
         ]
+        if has_variants(self.head):
+            row.append(Markup(variants_cell(model, self.thresholds)))
         return row
 
     def regressions_table(self, level: int) -> str:
@@ -413,6 +416,9 @@ class _Renderer:
         blocks.append("  \n".join(f for f in facts if f))
         if len(model.graphs) > 1:
             blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
+        blocks.append(
+            self.cached(("variants", index), lambda: variants_section(model, self.thresholds))
+        )
         if level < LEVEL_NO_INPUTS and model.inputs:
             blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
         if level < LEVEL_NO_CALLS and model.observations:
