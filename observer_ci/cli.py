@@ -175,6 +175,8 @@ def expand_scripts(patterns: Sequence[str]) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.pipeline.export_cache import resolve_cache_dir, resolve_cache_max_bytes
 
+    variants, providers = _variants(args)
+
     try:
         cache_max_bytes = resolve_cache_max_bytes(args.cache_max_mb)
     except ValueError as e:
@@ -193,7 +195,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.rtol is not None:
         thresholds = _with(thresholds, rel_max=args.rtol)
     base = _read(args.baseline) if args.baseline else None
-    variants, providers = _variants(args)
     config = RunConfig(
         atol=thresholds.abs_max,
         rtol=thresholds.rel_max,

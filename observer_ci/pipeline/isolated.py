@@ -55,6 +55,9 @@ def run_isolated(step: Callable[[], T]) -> T | Crashed:
 
 
 def _child(step: Callable[[], Any], path: str) -> None:  # pragma: no cover - in the fork
+    import faulthandler
+
+    faulthandler.disable()  # a crash is reported once, as the row's reason, not as a dump
     code = 0
     try:
         try:
