@@ -33,8 +33,10 @@ class Crashed:
     reason: str
 
 
-def run_isolated(step: Callable[[], T]) -> T | Crashed:
-    """``step()`` in a fork; its exception or its death becomes :class:`Crashed`."""
+def run_isolated(step: Callable[[], T], *, partial: bool = False) -> T | Crashed:
+    """``step()`` in a fork; its exception or its death becomes :class:`Crashed`. With
+    ``partial``, ``step`` appends values as it goes (:func:`run_isolated_steps`) and the
+    list of them comes back, a :class:`Crashed` last when the fork died before returning."""
     if not hasattr(os, "fork"):  # pragma: no cover - Windows
         try:
             return step()
@@ -47,11 +49,62 @@ def run_isolated(step: Callable[[], T]) -> T | Crashed:
     try:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child (coverage does not follow forks)
-            _child(step, path)
+            if partial:
+                _PARTIAL[:] = [path]
+            _child(step, path + ".done" if partial else path)
         _, status = os.waitpid(pid, 0)
-        return _outcome(status, path)
+        if not partial:
+            return _outcome(status, path)
+        values = _partial_values(path)
+        ended = _outcome(status, path + ".done")
+        return values + [ended] if isinstance(ended, Crashed) else values  # type: ignore[return-value]
     finally:
-        os.unlink(path)
+        for leftover in (path, path + ".done"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+
+
+def _partial_values(path: str) -> list[Any]:
+    values: list[Any] = []
+    try:
+        with open(path, "rb") as f:
+            while True:
+                kind, value = pickle.load(f)
+                values.append(Crashed(value) if kind == "error" else value)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        pass
+    return values
+
+
+def run_isolated_steps(steps: list[Callable[[], Any]]) -> list[Any]:
+    """Every step in turn in one fork (a fork costs about 0.1 s with torch loaded), each
+    value written as soon as it is there; a step that kills the fork becomes
+    :class:`Crashed` and the steps after it go on in a new fork."""
+    results: list[Any] = []
+    while len(results) < len(steps):
+        rest = steps[len(results) :]
+        done = run_isolated(lambda rest=rest: _steps_in_turn(rest), partial=True)
+        results.extend(done[:-1] if isinstance(done[-1], Crashed) else done)
+        if isinstance(done[-1], Crashed):
+            results.append(done[-1])
+    return results
+
+
+def _steps_in_turn(steps: list[Callable[[], Any]]) -> None:  # pragma: no cover - in the fork
+    for step in steps:
+        try:
+            value: Any = ("value", step())
+        except Exception as e:
+            value = ("error", error_tail(e))
+        _append(value)
+
+
+_PARTIAL: list[str] = []  # the fork's file for partial values (set in the child only)
+
+
+def _append(value: Any) -> None:  # pragma: no cover - in the fork
+    with open(_PARTIAL[0], "ab") as f:
+        pickle.dump(value, f)
 
 
 def _child(step: Callable[[], Any], path: str) -> None:  # pragma: no cover - in the fork

@@ -50,7 +50,7 @@ from observer_ci.core.variants import (
     STATE_SKIPPED,
     skipped_reason,
 )
-from observer_ci.pipeline.isolated import Crashed, run_isolated
+from observer_ci.pipeline.isolated import Crashed, run_isolated_steps
 
 # The torch device that runs like for like with a provider (torch's latency on it).
 TORCH_DEVICES = {"cuda": "cuda", "tensorrt": "cuda"}
@@ -293,67 +293,58 @@ def check_graph_variants(
     then each provider (float32 and each variant), unavailable providers as skipped rows."""
     installed = installed_providers()
     preload(variants)
-    found = [reference_row(graph, rows)]
-    built: dict[str, tuple[Path, float, int] | str] = {FLOAT32: (onnx_path, 0.0, 0)}
     ready = [p for p in providers if PROVIDERS[p] in installed]
-    done: dict[tuple[str, str], VariantResult] = {}
-    for variant in (FLOAT32, *variants):  # one fork per variant: build, every provider
+    # every step in one fork (a crash costs only its own step): torch on each device,
+    # then each variant built and replayed on each provider
+    steps: list[Callable[[], Any]] = []
+    keys: list[tuple[str, str]] = []
+    for provider in ready:
+        if TORCH_DEVICES.get(provider) and plan.torch_call is not None:
+            steps.append(lambda d=TORCH_DEVICES[provider]: plan.torch_call(d))  # type: ignore[misc]
+            keys.append(("torch", provider))
+    for variant in (FLOAT32, *variants):
         where = [p for p in ready if not (p == CPU and variant == FLOAT32)]
         if not where:
             continue
-
-        def everywhere(variant: str = variant, where: list[str] = where) -> Any:
-            path = onnx_path if variant == FLOAT32 else variant_path(onnx_path, variant)
-            seconds = 0.0 if variant == FLOAT32 else build_variant(variant, onnx_path, path)
-            return seconds, [
-                replay_variant(
-                    path,
-                    variant,
+        path = onnx_path if variant == FLOAT32 else variant_path(onnx_path, variant)
+        if variant != FLOAT32:
+            steps.append(lambda v=variant, t=path: build_variant(v, onnx_path, t))
+            keys.append(("build", variant))
+        for provider in where:
+            steps.append(
+                lambda v=variant, p=provider, t=path: replay_variant(
+                    t,
+                    v,
                     p,
                     plan,
-                    limits=limits(variant),
+                    limits=limits(v),
                     hist=hist,
                     warmup=warmup,
                     repeat=repeat,
                     threads=threads,
                 )
-                for p in where
-            ]
-
-        outcome = run_isolated(everywhere)
-        if isinstance(outcome, Crashed):
-            continue  # one fork per step below, so the row that broke says so
-        seconds, replayed = outcome
-        path = onnx_path if variant == FLOAT32 else variant_path(onnx_path, variant)
-        built[variant] = (path, seconds, 0)
-        done.update({(variant, p): row for p, row in zip(where, replayed)})
+            )
+            keys.append((variant, provider))
+    outcome = dict(zip(keys, run_isolated_steps(steps)))
+    found = [reference_row(graph, rows)]
     for provider in providers:
         names = [v for v in (FLOAT32, *variants) if not (provider == CPU and v == FLOAT32)]
-        if PROVIDERS[provider] not in installed:
+        if provider not in ready:
             found.append(
                 VariantResult(
-                    variant=", ".join(names) if provider != CPU else ", ".join(variants),
+                    variant=", ".join(names),
                     provider=provider,
                     state=STATE_SKIPPED,
                     reason=skipped_reason(provider, installed),
                 )
             )
             continue
-        torch_s = _torch_latency(plan, provider)
+        torch_s = outcome.get(("torch", provider))
+        if isinstance(torch_s, Crashed):
+            plan.notes.append(f"torch not timed on {provider}: {torch_s.reason}")
+            torch_s = None
         for variant in names:
-            if variant not in built:
-                built[variant] = _build(variant, onnx_path)
-            made = built[variant]
-            if isinstance(made, str):
-                row = VariantResult(variant, provider, STATE_FAILED, reason=made)
-            else:
-                path, convert_s, _ = made
-                row = done.get((variant, provider)) or _replay(
-                    path, variant, provider, plan, limits(variant), hist, warmup, repeat, threads
-                )
-                row.convert_s = convert_s if variant != FLOAT32 else None
-                row.onnx_path = str(path)
-                row.file_size = file_size(path)
+            row = _row(variant, provider, onnx_path, outcome, limits(variant))
             row.torch_latency_s = torch_s
             found.append(row)
             progress(
@@ -364,6 +355,37 @@ def check_graph_variants(
     return found
 
 
+def _row(
+    variant: str,
+    provider: str,
+    onnx_path: Path,
+    outcome: dict[tuple[str, str], Any],
+    limits: tuple[float, float],
+) -> VariantResult:
+    """One (variant, provider) row from the steps' outcomes."""
+    built = outcome.get(("build", variant), 0.0)
+    replayed = outcome.get((variant, provider))
+    path = onnx_path if variant == FLOAT32 else variant_path(onnx_path, variant)
+    if isinstance(built, Crashed):
+        row = VariantResult(variant, provider, STATE_FAILED, reason=f"not built: {built.reason}")
+    elif isinstance(replayed, Crashed):
+        reason = replayed.reason
+        if variant == FP16 and "crashed" in reason:
+            reason += (
+                f"; the {provider} provider may lack a float16 kernel for an op of this graph: "
+                "keep that op in float32 (convert_float_to_float16's op_block_list)"
+            )
+        row = VariantResult(variant, provider, STATE_FAILED, reason=reason)
+    else:
+        row = replayed
+    row.abs_max, row.rel_max = limits
+    if not isinstance(built, Crashed):
+        row.convert_s = None if variant == FLOAT32 else built
+        row.onnx_path = str(path)
+        row.file_size = file_size(path) if path.exists() else None
+    return row
+
+
 def preload(variants: tuple[str, ...]) -> None:
     """Imports the converters here, once: a fork's imports die with it (measured: the
     float16 converter's import is most of its 0.3 s build on a loaded machine)."""
@@ -372,65 +394,6 @@ def preload(variants: tuple[str, ...]) -> None:
     if INT8 in variants:
         import onnxruntime.quantization  # noqa: F401
     from observer_ci.pipeline import diff, replay  # noqa: F401
-
-
-def _build(variant: str, onnx_path: Path) -> tuple[Path, float, int] | str:
-    target = variant_path(onnx_path, variant)
-    outcome = run_isolated(lambda: build_variant(variant, onnx_path, target))
-    if isinstance(outcome, Crashed):
-        return f"not built: {outcome.reason}"
-    return target, outcome, 0
-
-
-def _replay(
-    path: Path,
-    variant: str,
-    provider: str,
-    plan: Plan,
-    limits: tuple[float, float],
-    hist: tuple[float, ...],
-    warmup: int,
-    repeat: int,
-    threads: int | None,
-) -> VariantResult:
-    def step() -> VariantResult:
-        return replay_variant(
-            path,
-            variant,
-            provider,
-            plan,
-            limits=limits,
-            hist=hist,
-            warmup=warmup,
-            repeat=repeat,
-            threads=threads,
-        )
-
-    outcome = run_isolated(step)
-    if isinstance(outcome, Crashed):
-        reason = outcome.reason
-        if variant == FP16 and "crashed" in reason:
-            reason += (
-                f"; the {provider} provider may lack a float16 kernel for an op of this graph: "
-                "keep that op in float32 (convert_float_to_float16's op_block_list)"
-            )
-        row = VariantResult(variant, provider, STATE_FAILED, reason=reason)
-        row.abs_max, row.rel_max = limits
-        return row
-    return outcome
-
-
-def _torch_latency(plan: Plan, provider: str) -> float | None:
-    """torch's median latency on the provider's device (CUDA), in a fork: the parent never
-    initialises CUDA, so the forks after it still can."""
-    device = TORCH_DEVICES.get(provider)
-    if device is None or plan.torch_call is None:
-        return None
-    outcome = run_isolated(lambda: plan.torch_call(device))  # type: ignore[misc]
-    if isinstance(outcome, Crashed):
-        plan.notes.append(f"torch not timed on {device}: {outcome.reason}")
-        return None
-    return outcome
 
 
 # -- the plan (torch side, in the parent) ----------------------------------------------------

@@ -14,7 +14,7 @@ from observer_ci.action.workspace import variant_args
 from observer_ci.cli import main
 from observer_ci.core.results import GraphResult, RunResults, VariantResult
 from observer_ci.core.variants import VARIANT_TOLERANCES, parse_providers, parse_variants
-from observer_ci.pipeline.isolated import Crashed, run_isolated
+from observer_ci.pipeline.isolated import Crashed, run_isolated, run_isolated_steps
 from observer_ci.report.markdown import render_report
 from observer_ci.report.rules import Thresholds, compare, parse_fail_on, parse_thresholds
 from tests.support.builders import model, run
@@ -128,3 +128,19 @@ def test_a_crash_in_the_isolated_step_is_a_reason_and_the_process_lives():
     assert run_isolated(lambda: 6 * 7) == 42
     failed = run_isolated(lambda: 1 / 0)
     assert isinstance(failed, Crashed) and "ZeroDivisionError" in failed.reason
+
+
+def test_steps_in_one_fork_go_on_after_a_crash_in_a_new_one():
+    parent = os.getpid()
+    steps = [
+        os.getpid,
+        lambda: os.kill(os.getpid(), signal.SIGSEGV),
+        os.getpid,
+        lambda: 1 / 0,
+        lambda: "last",
+    ]
+    first, crash, after, error, last = run_isolated_steps(steps)
+    assert parent not in (first, after) and first != after  # a new fork after the crash
+    assert isinstance(crash, Crashed) and "SIGSEGV" in crash.reason
+    assert isinstance(error, Crashed) and "ZeroDivisionError" in error.reason
+    assert last == "last"
