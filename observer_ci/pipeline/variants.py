@@ -292,7 +292,7 @@ def check_graph_variants(
     """Rows for every (variant, provider) of one graph: the float32 CPU reference first,
     then each provider (float32 and each variant), unavailable providers as skipped rows."""
     installed = installed_providers()
-    preload(variants)
+    imports = preload(variants)
     ready = [p for p in providers if PROVIDERS[p] in installed]
     # every step in one fork (a crash costs only its own step): torch on each device,
     # then each variant built and replayed on each provider
@@ -327,6 +327,7 @@ def check_graph_variants(
             keys.append((variant, provider))
     outcome = dict(zip(keys, run_isolated_steps(steps)))
     found = [reference_row(graph, rows)]
+    found[0].abs_max, found[0].rel_max = limits(FLOAT32)
     for provider in providers:
         names = [v for v in (FLOAT32, *variants) if not (provider == CPU and v == FLOAT32)]
         if provider not in ready:
@@ -345,6 +346,8 @@ def check_graph_variants(
             torch_s = None
         for variant in names:
             row = _row(variant, provider, onnx_path, outcome, limits(variant))
+            if row.convert_s is not None:
+                row.convert_s += imports.get(variant, 0.0)
             row.torch_latency_s = torch_s
             found.append(row)
             progress(
@@ -386,14 +389,25 @@ def _row(
     return row
 
 
-def preload(variants: tuple[str, ...]) -> None:
-    """Imports the converters here, once: a fork's imports die with it (measured: the
-    float16 converter's import is most of its 0.3 s build on a loaded machine)."""
-    if FP16 in variants:
-        import onnxruntime.transformers.float16  # noqa: F401
-    if INT8 in variants:
-        import onnxruntime.quantization  # noqa: F401
+def preload(variants: tuple[str, ...]) -> dict[str, float]:
+    """Imports the converters here, once: a fork's imports die with it. Returns the
+    seconds each variant's converter took to import (0 once imported): part of its build."""
+    import importlib
+    import sys
+
+    seconds = {}
+    for variant, module in ((FP16, "onnxruntime.transformers.float16"), (INT8, _QUANTIZATION)):
+        if variant in variants:
+            begin = time.perf_counter()
+            fresh = module not in sys.modules
+            importlib.import_module(module)
+            seconds[variant] = time.perf_counter() - begin if fresh else 0.0
     from observer_ci.pipeline import diff, replay  # noqa: F401
+
+    return seconds
+
+
+_QUANTIZATION = "onnxruntime.quantization"
 
 
 # -- the plan (torch side, in the parent) ----------------------------------------------------

@@ -35,6 +35,7 @@ def loaded_after(code: str) -> dict[str, bool]:
         "import observer_ci.pipeline.graph_warnings",
         # cache store, `pair` child
         "import observer_ci.pipeline.export_cache, observer_ci.pipeline.paired",
+        "import observer_ci.report.variants, observer_ci.core.variants",
     ],
 )
 def test_torch_free_modules_import_nothing_heavy(code):
