@@ -36,6 +36,7 @@ from observer_ci.core.results import (
     PairedLatency,
     ProbeResult,
     RunResults,
+    VariantResult,
 )
 from observer_ci.report.rules import RULES, Thresholds, parse_fail_on, parse_thresholds
 
@@ -261,6 +262,7 @@ _SCHEMA_CLASSES = (
     GraphWarning,
     PairedLatency,
     GraphResult,
+    VariantResult,
 )
 
 

@@ -123,8 +123,9 @@ class Thresholds:
     optimized_rel_max: float = VARIANT_TOLERANCES["optimized"][1]
 
     def variant_limits(self, variant: str) -> tuple[float, float]:
-        """``(abs_max, rel_max)`` a variant is judged with (float32: the graph's own)."""
-        if variant == FLOAT32:
+        """``(abs_max, rel_max)`` a variant is judged with (float32, or a name this version
+        does not know, e.g. from another version's results: the graph's own)."""
+        if variant == FLOAT32 or variant not in VARIANT_TOLERANCES:
             return self.abs_max, self.rel_max
         return getattr(self, f"{variant}_abs_max"), getattr(self, f"{variant}_rel_max")
 

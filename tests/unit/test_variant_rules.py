@@ -144,3 +144,19 @@ def test_steps_in_one_fork_go_on_after_a_crash_in_a_new_one():
     assert isinstance(crash, Crashed) and "SIGSEGV" in crash.reason
     assert isinstance(error, Crashed) and "ZeroDivisionError" in error.reason
     assert last == "last"
+
+
+def test_a_fork_payload_with_variants_is_checked_field_by_field():
+    from observer_ci.action.artifact import ArtifactError, parse_results
+
+    data = run(with_variants(variant(), variant("fp16", state="failed", reason="x"))).to_dict()
+    parsed = parse_results(data, "payload")
+    assert parsed.models[0].graphs[0].variants[1].reason == "x"
+    data["models"][0]["graphs"][0]["variants"][0]["abs"] = "0.1; rm -rf"
+    with pytest.raises(ArtifactError, match=r"variants\[0\]\.abs has the wrong type"):
+        parse_results(data, "payload")
+    # a variant name this version does not know is judged with the float32 limits, no crash
+    odd = run(with_variants(variant("__class__", abs=0.5)))
+    (reg,) = [r for r in compare(odd, None, Thresholds(), set()) if r.rule == "variant_discrepancy"]
+    assert "max abs 0.5 > __class__.abs_max 0.001" in reg.message
+    assert "__class__" in render_report(odd, [reg], max_chars=None)
