@@ -416,9 +416,10 @@ class _Renderer:
         blocks.append("  \n".join(f for f in facts if f))
         if len(model.graphs) > 1:
             blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
-        blocks.append(
-            self.cached(("variants", index), lambda: variants_section(model, self.thresholds))
-        )
+        if level < LEVEL_NO_INPUTS:  # the summary's variants column stays
+            blocks.append(
+                self.cached(("variants", index), lambda: variants_section(model, self.thresholds))
+            )
         if level < LEVEL_NO_INPUTS and model.inputs:
             blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
         if level < LEVEL_NO_CALLS and model.observations:
