@@ -175,7 +175,11 @@ def variant_session(path: Path, provider: str, variant: str, threads: int | None
         options.intra_op_num_threads = threads
     if variant == OPTIMIZED:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    chain = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != CPU else [])
+    chain = [PROVIDERS[provider]]
+    if provider == "tensorrt" and PROVIDERS["cuda"] in ort.get_available_providers():
+        chain.append(PROVIDERS["cuda"])  # what TensorRT does not take runs on CUDA, not the CPU
+    if provider != CPU:
+        chain.append(PROVIDERS[CPU])
     return ort.InferenceSession(str(path), options, providers=chain)
 
 
