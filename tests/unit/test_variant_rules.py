@@ -160,3 +160,17 @@ def test_a_fork_payload_with_variants_is_checked_field_by_field():
     (reg,) = [r for r in compare(odd, None, Thresholds(), set()) if r.rule == "variant_discrepancy"]
     assert "max abs 0.5 > __class__.abs_max 0.001" in reg.message
     assert "__class__" in render_report(odd, [reg], max_chars=None)
+
+
+def test_a_model_with_two_graphs_gets_a_table_and_messages_per_graph():
+    graphs = [
+        GraphResult(name="decoder_model", variants=[variant("int8", abs=0.4)]),
+        GraphResult(name="decoder_with_past_model", variants=[variant("int8", abs=0.02)]),
+    ]
+    head = run(model("llm", graphs=graphs))
+    regs = [r for r in compare(head, None, Thresholds(), set()) if r.rule == "variant_discrepancy"]
+    assert [r.message.split(":")[0] for r in regs] == ["graph decoder_model"]
+    text = render_report(head, regs, max_chars=None)
+    assert "**Variants of decoder_model**" in text
+    assert "**Variants of decoder_with_past_model**" in text
+    assert "⚠️ int8/cpu" in text  # one name in the summary column for both graphs
