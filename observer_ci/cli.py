@@ -125,6 +125,18 @@ def _add_run(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--journal", help="append each script's rows to this JSON-lines file once it is done"
     )
+    run.add_argument(
+        "--variants",
+        default=DEFAULTS.variants,
+        help="graphs users deploy, each replayed on every observed call: a comma list of "
+        "fp16, int8, optimized, or all (default: none)",
+    )
+    run.add_argument(
+        "--providers",
+        default=DEFAULTS.providers,
+        help="onnxruntime providers to replay on: cpu, cuda, tensorrt, coreml, dml, openvino "
+        "or all (default: cpu); one this onnxruntime lacks is a skipped row",
+    )
 
 
 def _add_run_switches(run: argparse.ArgumentParser) -> None:
@@ -247,6 +259,8 @@ def _options_from_flags(args: argparse.Namespace) -> RunOptions:
         policy=args.policy,
         bundles=args.bundles,
         history_runs=args.history_runs,
+        variants=args.variants,
+        providers=args.providers,
     )
 
 

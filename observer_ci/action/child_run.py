@@ -10,6 +10,7 @@ from pathlib import Path
 
 from observer_ci.action.settings import Settings
 from observer_ci.core.run_options import RunOptions
+from observer_ci.core.variants import TOLERANCE_METRICS
 
 CONFIG_NAME = "run-options.json"  # next to the child's results.json and journal
 
@@ -35,6 +36,19 @@ def child_run_options(settings: Settings, threads: int | None = None) -> RunOpti
         gate=False,
         # the parent's policy file, by absolute path: the base runs in another directory
         policy=str(Path(settings.policy.path).resolve()) if settings.policy.path else None,
+        variants=",".join(settings.variants),
+        providers=",".join(settings.providers),
+        thresholds=_variant_limits(settings),
+    )
+
+
+def _variant_limits(settings: Settings) -> str:
+    """The variants' tolerances as ``thresholds`` text (``fp16_abs_max=...``): the child
+    judges each variant with the limits the gate uses."""
+    return ",".join(
+        f"{v}_{metric}={value!r}"
+        for v in settings.variants
+        for metric, value in zip(TOLERANCE_METRICS, settings.thresholds.variant_limits(v))
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from observer_ci.core.constants import COMMENT_KEY_PATTERN
 from observer_ci.core.exceptions import SettingsError
 from observer_ci.core.run_options import parse_cache_max_mb
+from observer_ci.core.variants import DEFAULT_PROVIDERS, parse_providers, parse_variants
 from observer_ci.report.policy import Policy, find_policy
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds
 
@@ -129,6 +130,8 @@ class Settings:
     dry_run: bool = False
     verbose: bool = False  # show third-party warnings in the job log
     repeat: int = 10
+    variants: tuple[str, ...] = ()  # fp16, int8, optimized (core.variants)
+    providers: tuple[str, ...] = DEFAULT_PROVIDERS
     timeout_minutes: float = 60.0  # per run of the scripts (head, base) and for install
     github_api_url: str = "https://api.github.com"
     github_server_url: str = "https://github.com"
@@ -163,6 +166,8 @@ class Settings:
             policy = find_policy(workspace / named if named else None, root=workspace)
             thresholds = policy.base_thresholds(get("INPUT_THRESHOLDS"))
             fail_on = frozenset(policy.base_fail_on(get("INPUT_FAIL_ON", "default")))
+            variants = parse_variants(get("INPUT_VARIANTS"))
+            providers = parse_providers(get("INPUT_PROVIDERS", "cpu"))
         except ValueError as e:  # a PolicyError names the file and the line
             raise SettingsError(str(e)) from e
         event = read_event(get("GITHUB_EVENT_PATH"))
@@ -186,6 +191,8 @@ class Settings:
             dry_run=dry_run or _bool("dry_run", env.get("INPUT_DRY_RUN"), False),
             verbose=_bool("verbose", env.get("INPUT_VERBOSE"), False),
             repeat=_repeat(get("INPUT_REPEAT", "10")),
+            variants=variants,
+            providers=providers,
             github_api_url=get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
             github_server_url=get("GITHUB_SERVER_URL", "https://github.com").rstrip("/"),
             repository=get("GITHUB_REPOSITORY"),

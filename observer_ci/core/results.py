@@ -18,7 +18,9 @@ from typing import Any
 
 from observer_ci.core.exceptions import ResultsSchemaError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions ``from_dict`` reads: 2 added ``GraphResult.variants`` (older files have none).
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 # Model statuses, from best to worst.
 STATUS_OK = "ok"
@@ -158,6 +160,37 @@ class PairedLatency:
 
 
 @dataclass
+class VariantResult:
+    """One variant of a graph (fp16, int8, optimized, float32) on one onnxruntime provider,
+    replayed on every observed call of the graph and the probe (``pipeline/variants.py``)."""
+
+    variant: str  # core.variants: float32, fp16, int8, optimized
+    provider: str  # core.variants.PROVIDERS key: cpu, cuda, ...
+    state: str  # core.variants: ok, exceeded tolerance, failed, skipped
+    reason: str | None = None  # why skipped or failed
+    abs: float | None = None  # worst over the replayed calls
+    rel: float | None = None
+    abs_max: float | None = None  # the tolerances it was judged with
+    rel_max: float | None = None
+    calls: int = 0  # calls replayed
+    calls_within: int = 0  # of which within the tolerances
+    latency_s: float | None = None  # median over calls of each call's median
+    latency_ratio: float | None = None  # median over calls of this / the float32 CPU graph
+    torch_latency_s: float | None = None  # torch on the provider's device (cuda), when run
+    file_size: int | None = None  # bytes, model + external data
+    convert_s: float | None = None  # building the variant
+    replay_s: float | None = None  # replaying every call (warm-up and timed runs)
+    probe_state: str | None = None  # ProbeResult.state of the probe's sizes on this variant
+    probe_abs: float | None = None
+    probe_rel: float | None = None
+    onnx_path: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.state == "ok"
+
+
+@dataclass
 class GraphResult:
     """One exported graph and the family of observed calls it serves."""
 
@@ -169,6 +202,7 @@ class GraphResult:
     abs: float | None = None  # max abs error over the calls replayed on this graph
     rel: float | None = None
     success: bool | None = None  # every call replayed on it within the tolerances
+    variants: list[VariantResult] = field(default_factory=list)  # with ``variants``/``providers``
 
 
 @dataclass
@@ -249,9 +283,10 @@ class RunResults:
         if strict:
             check_schema(data)
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(
-                f"results schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
+                f"results schema_version {version!r} is not supported (expected one of "
+                f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})"
             )
         models = [_model_from_dict(m) for m in data.get("models", [])]
         return cls(
@@ -356,6 +391,7 @@ def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
     graph = _build(GraphResult, data)
     graph.export = _build(ExportResult, data.get("export"))
     graph.probe = _build(ProbeResult, data.get("probe"))
+    graph.variants = [_build(VariantResult, v) for v in data.get("variants") or []]
     for part in (graph.export, graph.probe):
         if part is not None and isinstance(part.cause, dict):
             part.cause = _build(Cause, part.cause)

@@ -58,6 +58,8 @@ class RunOptions:
     policy: str | None = None  # the policy file (None: .observer-ci.yml here when present)
     bundles: str = "failing"  # reproducer bundles: "failing", "all" or "none"
     history_runs: int = 20  # with a history:DIR baseline, the most recent runs used
+    variants: str = ""  # fp16,int8,optimized or all (core.variants), as `--variants` takes it
+    providers: str = "cpu"  # onnxruntime providers, as `--providers` takes it
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from observer_ci.core.constants import FEEDS_MAX_BYTES
 from observer_ci.core.run_options import RunOptions
+from observer_ci.core.variants import (
+    DEFAULT_PROVIDERS,
+    FLOAT32,
+    VARIANT_TOLERANCES,
+    parse_providers,
+    parse_variants,
+)
 from observer_ci.pipeline.export_cache import (
     DEFAULT_CACHE_MAX_MB,
     MB,
@@ -53,6 +60,7 @@ class RunConfig:
         falls back on its variables here, in the child's environment; a malformed one raises
         ``ValueError``."""
         cache_dir = resolve_cache_dir(options.cache_dir)
+        variants = parse_variants(options.variants)
         return cls(
             atol=thresholds.abs_max,
             rtol=thresholds.rel_max,
@@ -67,7 +75,20 @@ class RunConfig:
             save_feeds=options.save_feeds,
             model_tolerances=model_tolerances,
             bundles=options.bundles,
+            variants=variants,
+            providers=parse_providers(options.providers),
+            variant_tolerances={v: thresholds.variant_limits(v) for v in variants},
         )
+
+    variants: tuple[str, ...] = ()  # core.variants: fp16, int8, optimized (pipeline/variants.py)
+    providers: tuple[str, ...] = DEFAULT_PROVIDERS  # core.variants.PROVIDERS keys
+    variant_tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # overrides
+
+    def variant_limits(self, variant: str) -> tuple[float, float]:
+        """``(abs_max, rel_max)`` of a variant: float32 is the graph's own tolerances."""
+        if variant == FLOAT32:
+            return self.atol, self.rtol
+        return self.variant_tolerances.get(variant, VARIANT_TOLERANCES[variant])
 
     def recorded(self) -> dict[str, object]:
         """What ``results.json`` records under ``settings``."""
@@ -81,6 +102,8 @@ class RunConfig:
             "torch_threads": self.torch_threads,
             "ort_threads": self.threads,
             "probe": self.probe,
+            **({"variants": list(self.variants)} if self.variants else {}),
+            **({"providers": list(self.providers)} if self.providers != DEFAULT_PROVIDERS else {}),
         }
 
     def for_model(self, name: str) -> RunConfig:

@@ -34,6 +34,7 @@ from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_e
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.probe import run_probe
 from observer_ci.pipeline.replay import make_session, replay_observation
+from observer_ci.pipeline.variants import serve_variants, wanted
 
 # File names stay well under the 255 bytes most file systems allow (".onnx.data" and
 # friends are appended to them).
@@ -293,6 +294,11 @@ class FamilyServer:
                 self.notes.append(note)
         if config.probe:
             graph.probe = self.probe(sub, flags, session)
+        if wanted(config):  # fp16, int8, optimized, other providers
+            with self.phase("variants"):
+                self.notes += serve_variants(
+                    entry, config, sub, flags, session, graph, rows, onnx_path, progress
+                )
         return graph, rows
 
     def replay(

@@ -55,6 +55,7 @@ from observer_ci.report.tables import (
     ratio,
     readable_tensors,
 )
+from observer_ci.report.variants import has_variants, variants_cell, variants_section
 
 __all__ = [
     "GITHUB_MAX_CHARS",
@@ -273,7 +274,7 @@ class _Renderer:
         header = ["", "model", "export", "worst abs", "worst rel", "ORT"]
         if self.versus_base:
             header.append("ORT vs base")
-        header += ["torch", "probe", "dynamic dims"]
+        header += ["torch", "probe", "dynamic dims"] + (["variants"] * has_variants(self.head))
         rows = [self.summary_row(m) for m in self.ordered_models()]
         return markdown_table(header, rows, max_cell=120)
 
@@ -297,6 +298,8 @@ class _Renderer:
             Markup(_probe_cell(model.probe)),
             Markup(_dims_cell(model.export)),
         ]
+        if has_variants(self.head):
+            row.append(Markup(variants_cell(model, self.thresholds)))
         return row
 
     def regressions_table(self, level: int) -> str:
@@ -443,6 +446,10 @@ class _Renderer:
             blocks.append(changed)
         if len(model.graphs) > 1:
             blocks.append(self.cached(("graphs", index), lambda: _graphs_table(model)))
+        if level < LEVEL_NO_INPUTS:  # the summary's variants column stays
+            blocks.append(
+                self.cached(("variants", index), lambda: variants_section(model, self.thresholds))
+            )
         if level < LEVEL_NO_INPUTS and model.inputs:
             blocks.append(self.cached(("inputs", index), lambda: _inputs_table(model.inputs)))
         if level < LEVEL_NO_CALLS and model.observations:

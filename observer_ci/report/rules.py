@@ -28,7 +28,15 @@ from observer_ci.core.results import (
     ModelResult,
     PairedLatency,
     RunResults,
+    VariantResult,
     max_or_none,
+)
+from observer_ci.core.variants import (
+    CPU,
+    FLOAT32,
+    STATE_FAILED,
+    STATE_SKIPPED,
+    VARIANT_TOLERANCES,
 )
 from observer_ci.report.changes import op_diff_text, op_set_changed
 from observer_ci.report.tables import format_bytes, format_seconds, plural
@@ -70,6 +78,12 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("size_growth", "count", False, "ONNX file size over size_growth_max x base"),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
+    Rule(
+        "variant_discrepancy",
+        "error",
+        False,
+        "a variant (fp16, int8, optimized) or provider over its tolerances, or failed",
+    ),
     # Warnings for a graph that is not what the user thinks (graph_warnings.py): they never
     # gate by default; fail_on can select them.
     Rule("single_call", "warning", False, "one call (or one set of shapes): every dim static"),
@@ -109,6 +123,20 @@ class Thresholds:
     node_growth_max: float = 1.10
     size_growth_max: float = 1.10
     min_latency_s: float = 1e-4
+    # per variant (core.variants.VARIANT_TOLERANCES); ``fp16.abs_max=...`` sets fp16_abs_max
+    fp16_abs_max: float = VARIANT_TOLERANCES["fp16"][0]
+    fp16_rel_max: float = VARIANT_TOLERANCES["fp16"][1]
+    int8_abs_max: float = VARIANT_TOLERANCES["int8"][0]
+    int8_rel_max: float = VARIANT_TOLERANCES["int8"][1]
+    optimized_abs_max: float = VARIANT_TOLERANCES["optimized"][0]
+    optimized_rel_max: float = VARIANT_TOLERANCES["optimized"][1]
+
+    def variant_limits(self, variant: str) -> tuple[float, float]:
+        """``(abs_max, rel_max)`` a variant is judged with (float32, or a name this version
+        does not know, e.g. from another version's results: the graph's own)."""
+        if variant == FLOAT32 or variant not in VARIANT_TOLERANCES:
+            return self.abs_max, self.rel_max
+        return getattr(self, f"{variant}_abs_max"), getattr(self, f"{variant}_rel_max")
 
 
 @dataclass
@@ -140,7 +168,7 @@ def parse_thresholds(text: str | None, base: Thresholds | None = None) -> Thresh
     updates: dict[str, float] = {}
     for item in _split(text):
         key, sep, raw = item.partition("=")
-        key = key.strip()
+        key = key.strip().replace(".", "_", 1)  # fp16.abs_max is fp16_abs_max
         if not sep:
             raise ValueError(f"threshold {item!r} is not key=value; valid keys: {', '.join(valid)}")
         if key not in valid:
@@ -274,6 +302,7 @@ def _compare_model(
         found.extend(_op_set(head, base, fail_on))
         found.extend(_size(head, base, th, fail_on))
     found.extend(_graph_warnings(head, base, fail_on))
+    found.extend(_variant_discrepancies(head, base, th, fail_on))
     return found
 
 
@@ -587,6 +616,68 @@ def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Re
     if preexisting:
         message = f"{STILL_FAILING}: {message}"
     return _reg(head, "probe_failed", message, base_value, state, fail_on, preexisting=preexisting)
+
+
+def variant_problem(variant: VariantResult, th: Thresholds) -> str | None:
+    """What is wrong with one variant row under ``th`` (None: fine, skipped or the
+    float32 CPU reference, which the ``discrepancy`` rule judges)."""
+    if variant.state == STATE_SKIPPED or (variant.variant, variant.provider) == (FLOAT32, CPU):
+        return None
+    if variant.state == STATE_FAILED:
+        return f"failed: {error_headline(variant.reason) or 'no detail'}"
+    atol, rtol = th.variant_limits(variant.variant)
+    key = "" if variant.variant == FLOAT32 else f"{variant.variant}."
+    over = [
+        f"{what} {metric} {value:.3g} > {key}{metric}_max {limit:.3g}"
+        for what, metric, value, limit in (
+            ("max", "abs", variant.abs, atol),
+            ("max", "rel", variant.rel, rtol),
+            ("probe", "abs", variant.probe_abs, atol),
+            ("probe", "rel", variant.probe_rel, rtol),
+        )
+        if _exceeds(value, limit)
+    ]
+    if not over:
+        return None
+    within = f" ({variant.calls - variant.calls_within}/{variant.calls} calls over)"
+    return "; ".join(over) + (within if variant.calls else "")
+
+
+def _variant_discrepancies(
+    head: ModelResult, base: ModelResult | None, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """One ``variant_discrepancy`` per variant and provider of a graph beyond its
+    tolerances; one that was already beyond them in base is still failing."""
+    old = {
+        (g.name, v.variant, v.provider): v
+        for g in (base.graphs if base is not None else [])
+        for v in g.variants
+    }
+    found = []
+    for graph in head.graphs:
+        for variant in graph.variants:
+            problem = variant_problem(variant, th)
+            if problem is None:
+                continue
+            where = f"graph {graph.name}: " if len(head.graphs) > 1 else ""
+            message = f"{where}{variant.variant} on {variant.provider}: {problem}"
+            before = old.get((graph.name, variant.variant, variant.provider))
+            preexisting = before is not None and variant_problem(before, th) is not None
+            if preexisting:
+                message = f"{STILL_FAILING}: {message}"
+            base_abs = before.abs if before is not None else None
+            found.append(
+                _reg(
+                    head,
+                    "variant_discrepancy",
+                    message,
+                    base_abs,
+                    variant.abs,
+                    fail_on,
+                    preexisting=preexisting,
+                )
+            )
+    return found
 
 
 def _missing(base: ModelResult, fail_on: set[str]) -> Regression:

@@ -36,6 +36,8 @@ def loaded_after(code: str) -> dict[str, bool]:
         "import observer_ci.action.main, observer_ci.action.publish, observer_ci.cli",
         # report rendering (compare, merge)
         "import observer_ci.report.markdown, observer_ci.core.legs",
+        "import observer_ci.report.variants, observer_ci.core.variants",
+        "import observer_ci.report.policy, observer_ci.report.history",  # pandas: lazily
         "import observer_ci.pipeline.causes, observer_ci.pipeline.graph_warnings",
     ],
 )

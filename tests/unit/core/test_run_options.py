@@ -41,6 +41,8 @@ FLAGS = [
     "--policy=p.yml",
     "--bundles=all",
     "--history-runs=5",
+    "--variants=fp16",
+    "--providers=cpu,cuda",
 ]
 
 
