@@ -78,9 +78,11 @@ def format_bytes(size: int | float | None) -> str:
     return f"{value:.3g} TiB"
 
 
-def format_ratio(value: float | None) -> str:
-    """``×1.52``; None is ``–``."""
-    return NONE if value is None else f"×{format_float(value)}"
+def format_ratio(value: float | None, *, digits: int = 3) -> str:
+    """``×1.52`` (``digits`` significant digits); None is ``–``."""
+    if value is None:
+        return NONE
+    return f"×{format_float(value)}" if digits == 3 else f"×{value:.{digits}g}"
 
 
 def format_ratio_range(low: float | None, high: float | None) -> str:

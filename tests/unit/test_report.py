@@ -120,15 +120,10 @@ def test_small_report_leads_with_verdict_summary_and_regressions(small):
         "[Workflow run](https://github.com/o/r/actions/runs/1)"
     )
     summary = tables(text)[0]
-    assert summary[0] == (
-        "|  | model | export | worst abs | worst rel | ORT | ORT vs base | torch | probe "
-        "| dynamic dims |"
-    )
-    assert summary[2] == "| ❌ export_failed | broken | ❌ failed | – | – | – | – | – | ✅ | – |"
-    assert summary[3] == (
-        "| ✅ | tiny | 2.5 s (×1) · 12 nodes (+0) | 3.2e-07 (×1) | 1e-06 (×1) "
-        "| 2 ms | ×2 separate runs | 2 ms · ×1 vs base | ✅ | batch |"
-    )
+    # one line per cell: one latency and one ratio (†: separate runs), no ×1 noise
+    assert summary[0] == "|  | model | export | worst abs | worst rel | ORT ×base | probe |"
+    assert summary[2] == "| ❌ export_failed | broken | ❌ failed | – | – | – | ✅ |"
+    assert summary[3] == "| ✅ | tiny | 2.5 s · 12 (+0) | 3.2e-07 | 1e-06 | 2 ms ×2† | ✅ |"
     first_details = text.index("<details>")
     assert text.index("| model |") < text.index("### Regressions vs base") < first_details
     assert text.index("How to read this report") < text.index("### Details")
@@ -143,7 +138,8 @@ def test_small_report_leads_with_verdict_summary_and_regressions(small):
         "| call | abs | rel | hist | ORT | torch | SUCCESS |",
         "- call 0: dict(x:float32\\[2×8]) → float32\\[2×4]",
         "**Unseen-shape probe:** ✅ · x: 5×8",
-        "**Export:** ✅ 2.5 s · opset 18 · 12 nodes · 3 MiB · ONNX inputs: x (batch×8)",
+        "**Export:** ✅ 2.5 s (×1) · opset 18 · 12 nodes · 3 MiB · dynamic dims: batch · "
+        "ONNX inputs: x (batch×8)",
         "**Export:** ❌ failed",
         "<details><summary>Error</summary>",
         "boom",
@@ -186,9 +182,10 @@ def test_latency_spread_is_shown_from_the_timed_runs():
         o.ort_latencies_s = [0.9e-3, 1.0e-3, 1.0e-3, 1.1e-3, 1.3e-3]
     head = RunResults(models=[m], environment=ENV)
     text = render_report(head, [])
-    # p10 = 0.94 ms, p90 = 1.22 ms (no baseline: no "ORT vs base" column)
-    assert "| 1 ms (940 µs–1.22 ms) | 2 ms |" in tables(text)[0][2]
-    assert "ORT vs base" not in tables(text)[0][0]
+    # the summary: one number and its ratio to torch; the spread (p10 = 0.94 ms,
+    # p90 = 1.22 ms) in the details
+    assert "| 1 ms ×0.5 |" in tables(text)[0][2]
+    assert "**Latency:** ORT 1 ms (940 µs–1.22 ms) · torch 2 ms · ORT/torch ×0.5" in text
 
 
 def test_legend_states_the_thresholds_used():
