@@ -3,7 +3,8 @@
 Bars are the ORT median latency of each model, in one unit on one axis, in the order of
 the summary table, drawn horizontally so the labels sit one per line and never run into
 each other; every label carries its value. With a base, each model gets a base bar and a
-head bar (two colours): from the paired (interleaved) timing when there is one (both
+head bar, side by side and labelled so (one series: Mermaid draws a second series' zero as a
+stub): from the paired (interleaved) timing when there is one (both
 graphs in one process, like with like), otherwise each run's own median. Nothing is
 divided by eager torch latency, the noisiest number of a run. Model names are untrusted:
 only letters, digits, space, ``.``, ``-``, ``_`` and parentheses reach the chart (no quote, bracket,
@@ -114,19 +115,17 @@ def latency_chart(
     scale, unit = _unit(top)
     names = _unique([chart_label(p.name) for p in points])
     labels: list[str] = []
-    heads: list[float] = []
-    bases: list[float] = []
+    bars: list[float] = []
     for name, p in zip(names, points):
         if compared:
             labels += [
                 f"{name} base {format_seconds(p.base)}",
                 f"{name} head {format_seconds(p.head)}",
             ]
-            bases += [(p.base or 0.0) / scale, 0.0]
-            heads += [0.0, p.head / scale]
+            bars += [(p.base or 0.0) / scale, p.head / scale]
         else:
             labels.append(f"{name} {format_seconds(p.head)}")
-            heads.append(p.head / scale)
+            bars.append(p.head / scale)
     axis_top = float(f"{top / scale * 1.15:.2g}")
     title = "ORT median latency per model" + (", base and head" if compared else "")
     lines = [
@@ -136,8 +135,6 @@ def latency_chart(
         "    x-axis [" + ", ".join(f'"{label}"' for label in labels) + "]",
         f'    y-axis "{unit}" 0 --> {_number(axis_top)}',
     ]
-    if compared:
-        lines.append("    bar [" + ", ".join(_number(b) for b in bases) + "]")
-    lines.append("    bar [" + ", ".join(_number(h) for h in heads) + "]")
+    lines.append("    bar [" + ", ".join(_number(b) for b in bars) + "]")
     lines.append("```")
     return "\n".join(lines)

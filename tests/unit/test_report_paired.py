@@ -149,7 +149,7 @@ def test_the_chart_pairs_base_and_head_bars_from_the_pair_when_there_is_one():
     head = run(timed("p", paired=pair(2.0, 1.8, 2.2)), timed("s"))
     base = run(timed("p", 1e-4), timed("s", 5e-4), label="base")
     chart = latency_chart(head, base)
-    assert series(chart) == [[1, 0, 0.5, 0], [0, 2, 0, 1]]  # base bars, head bars, in ms
+    assert series(chart) == [[1, 2, 0.5, 1]]  # base and head of each model, in ms
     assert labels(chart) == ["p base 1 ms", "p head 2 ms", "s base 500 µs", "s head 1 ms"]
     assert re.search(r'^    y-axis "ms" 0 --> 2.3$', chart, re.M)
     text = render(head, base)

@@ -172,7 +172,7 @@ def test_chart_compares_base_and_head_and_appears_in_the_report():
     labels, series = assert_valid_xychart(block.group(0))
     # base and head bars per model, in the summary table's order
     assert [label.rsplit(" ", 3)[1] for label in labels] == ["base", "head"] * 2
-    assert series == [[1.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 1.0]]
+    assert series == [[1.0, 2.0, 1.0, 1.0]]
     table_order = [row.split(" | ")[1] for row in markdown.splitlines() if row.startswith("| ")]
     assert table_order[1] == "mlp_classifier" and labels[0] == "mlp_classifier base 1 ms"
     assert markdown.index("```mermaid") < markdown.index("### Details")
