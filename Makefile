@@ -26,7 +26,7 @@ test: install-test
 # build/render/. Separate from `make test`: it needs Debian's chromium (apt, as root: about a
 # minute, once) and mermaid from npm (tools/render, pinned by its lock: about 15 s, once).
 render-deps:
-	@command -v chromium >/dev/null || { echo "render-deps: installing chromium (apt-get, about a minute)"; \
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || { echo "render-deps: installing chromium (apt-get, about a minute)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null; }
 	@test -f tools/render/node_modules/mermaid/dist/mermaid.min.js || { echo "render-deps: installing mermaid (npm ci, about 15 s)"; \
 		cd tools/render && npm ci --no-audit --no-fund --silent; }

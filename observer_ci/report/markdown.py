@@ -108,6 +108,8 @@ _MAX_MESSAGE = 300
 _MAX_SUMMARY_NAME = 32  # a model name in the summary (in full in its details)
 _MAX_DIMS_CHARS = 24  # the dims listed in the summary, then "(+n)"
 _URL_RE = re.compile(r"^https?://[^\s<>()\"'`\[\]]+$")
+# a workflow run's address names its repository: where our commit links point
+_RUN_REPO_RE = re.compile(r"^(https://[^/\s]+/[\w.-]+/[\w.-]+)/actions/runs/\d+")
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _AUTO_DIM_RE = re.compile(r"^s\d+$")
 _DIM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # not an expression like "a + b"
@@ -155,9 +157,12 @@ def _regression_icon(reg: Regression) -> str:
     return "❌" if reg.fails_build else "⚠️"
 
 
-def _short_sha(sha: str) -> str | None:
-    """A commit as `` `abc1234` ``; anything that is not a hex SHA is dropped (untrusted)."""
-    return f"`{sha[:7]}`" if sha and _SHA_RE.match(sha) else None
+def _short_sha(sha: str, repo_url: str | None = None) -> str | None:
+    """A commit as `` `abc1234` `` (a link to it in ``repo_url``, our own link); anything
+    that is not a hex SHA is dropped (untrusted)."""
+    if not sha or not _SHA_RE.match(sha):
+        return None
+    return f"[`{sha[:7]}`]({repo_url}/commit/{sha})" if repo_url else f"`{sha[:7]}`"
 
 
 def _change(new: float | None, old: float | None) -> str:
@@ -197,6 +202,8 @@ class _Renderer:
         self.title = title
         self.thresholds = thresholds
         self.run_url = run_url if run_url and _URL_RE.match(run_url) else None
+        repo = _RUN_REPO_RE.match(self.run_url or "")
+        self.repo_url = repo.group(1) if repo else None
         self.regressions = sorted(regressions, key=lambda r: not r.fails_build)
         self.by_model: dict[str, list[Regression]] = {}
         for reg in self.regressions:
@@ -247,12 +254,12 @@ class _Renderer:
         return [f"{_status_emoji(s)} {counts[s]} {_inline(s, 40)}" for s in order]
 
     def compared(self) -> str:
-        head_sha = _short_sha(self.head.commit)
+        head_sha = _short_sha(self.head.commit, self.repo_url)
         if self.base is None:
             text = f"Head {head_sha}, no baseline" if head_sha else "No baseline"
             text += ": absolute thresholds only."
         else:
-            base_sha = _short_sha(self.base.commit)
+            base_sha = _short_sha(self.base.commit, self.repo_url)
             label = _inline(self.base.label, 80) if self.base.label not in ("", "base") else ""
             text = f"Head {head_sha} vs" if head_sha else "Compared with"
             if base_sha:

@@ -116,7 +116,8 @@ def test_small_report_leads_with_verdict_summary_and_regressions(small):
     assert lines[1] == "## ❌ observer-ci: 1 regression fails the build"
     assert lines[3] == "**2 models** · ✅ 1 ok · ❌ 1 export_failed · ⚠️ 1 warning  "
     assert lines[4] == (
-        "Head `aaaaaaa` vs base `bbbbbbb` (main). "
+        f"Head [`aaaaaaa`](https://github.com/o/r/commit/{'a' * 40}) vs base "
+        f"[`bbbbbbb`](https://github.com/o/r/commit/{'b' * 40}) (main). "
         "[Workflow run](https://github.com/o/r/actions/runs/1)"
     )
     summary = tables(text)[0]
