@@ -19,7 +19,7 @@ import time
 
 def _wall(code: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-S", "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True)
     return time.perf_counter() - start
 
 
@@ -38,14 +38,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     runs = parser.parse_args().runs
-    # -S: no site (no editable finders, no .pth files), so only tabulate's own imports differ;
-    # the path is passed explicitly so the installed tabulate is found.
-    path = [p for p in sys.path if p.endswith("site-packages")]
-    prefix = f"import sys; sys.path[:0] = {path!r}; "
     bare, loaded = [], []
     for _ in range(runs):
-        bare.append(_wall(prefix + "pass"))
-        loaded.append(_wall(prefix + "import tabulate"))
+        bare.append(_wall("pass"))
+        loaded.append(_wall("import tabulate"))
     b, t = statistics.median(bare), statistics.median(loaded)
     cumulative = statistics.median(_importtime_us() for _ in range(5))
     print(f"interpreter alone: {b * 1e3:.1f} ms; with import tabulate: {t * 1e3:.1f} ms")

@@ -136,13 +136,18 @@ def markdown_table(
         if len(row) != len(header):
             raise ValueError(f"row has {len(row)} cells, header has {len(header)}")
     cells = [[_cell(c, max_cell) for c in row] for row in rows]
-    return tabulate(
+    lines = tabulate(
         cells,
         headers=[_cell(h, None) for h in header],
         tablefmt="github",
         disable_numparse=True,
         stralign=None,  # no padding (see the module docstring)
-    )
+    ).split("\n")
+    # tabulate sizes the delimiter row by its measure of the widest cell, which counts an
+    # emoji as 1 or 2 columns depending on whether wcwidth is installed: a fixed delimiter
+    # keeps report.md the same bytes on every machine
+    lines[1] = "|" + "---|" * len(header)
+    return "\n".join(lines)
 
 
 def _cell(value: object, max_chars: int | None) -> str:

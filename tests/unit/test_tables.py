@@ -14,7 +14,7 @@ def test_numbers_and_padding_are_printed_as_given_not_reparsed():
     table = markdown_table(["", "a", "b"], [[Markup("✅"), "1.50", "1e-07"], ["", "0012", "nan"]])
     lines = table.splitlines()
     assert lines[0] == "|  | a | b |"
-    assert set(lines[1]) == {"|", "-"} and lines[1].count("|") == 4
+    assert lines[1] == "|---|---|---|"  # the same bytes with or without wcwidth installed
     assert lines[2:] == ["| ✅ | 1.50 | 1e-07 |", "|  | 0012 | nan |"]
 
 
