@@ -800,7 +800,7 @@ def _paired_line(paired: PairedLatency | None) -> str:
         return ""
     if paired.ratio is None:
         reason = _inline(paired.reason, 200) if paired.reason else "no reason given"
-        return f"{label} not available ({reason}); ORT vs base is from separate runs"
+        return f"{label} not available ({reason}); ×base is from separate runs"
     parts = [f"head/base {format_ratio(paired.ratio)}"]
     if paired.ratio_low is not None and paired.ratio_high is not None:
         parts[0] += f" ({format_ratio_range(paired.ratio_low, paired.ratio_high)})"

@@ -127,9 +127,9 @@ def missing() -> str | None:
     if chromium() is None:
         gone.append("chromium is not installed (Debian: apt-get install -y chromium)")
     if not MERMAID_JS.is_file():
-        gone.append(
-            f"mermaid is not installed ({MERMAID_JS.relative_to(ROOT)}: npm ci in tools/render)"
-        )
+        where = MERMAID_JS.relative_to(ROOT)
+        npm = "" if shutil.which("npm") else "; node and npm are not installed either"
+        gone.append(f"mermaid is not installed ({where}: npm ci in tools/render{npm})")
     if gone:
         return "; ".join(gone) + ". `make render-deps` installs both."
     return None

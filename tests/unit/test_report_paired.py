@@ -126,7 +126,7 @@ def test_details_say_what_the_pair_measured_or_why_there_is_none():
     text = render(run(timed("m", 2e-3, missing)), run(timed("m"), label="base"))
     assert (
         "**Paired ORT timing (base and head interleaved):** not available (the base graph "
-        "takes other inputs than the head graph); ORT vs base is from separate runs"
+        "takes other inputs than the head graph); ×base is from separate runs"
     ) in text
 
 
