@@ -27,7 +27,8 @@ so it only needs :func:`escape_html` (HTML, live references, commands).
 :func:`escape_message` is for the messages observer-ci writes around untrusted
 parts (causes, next steps, regressions): a pair of backticks there marks code and
 becomes a real code span, whose content GitHub shows verbatim and links nothing in;
-only what could leave the span (a backtick, ``|``, a newline) is refused in it.
+what could leave the span or show as a tag in the raw text (a backtick, ``|``, a newline,
+``<``, ``&``) is refused in it.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ _REFERENCE_RE = re.compile(
 _HEX_RUN_RE = re.compile(r"(?<![0-9A-Za-z_])[0-9a-fA-F]{7,}(?![0-9A-Za-z_])")
 _SHA_CHUNK = 6  # at most this many hex digits in a row: no commit SHA (7 or more)
 # A code span of our messages: one backtick each side, not next to another backtick,
-# nothing inside that could end it or the table cell it sits in.
-_SPAN_RE = re.compile(r"(?<!`)`([^`|\n]+)`(?!`)")
+# nothing inside that could end it or the table cell it sits in, and no "<" or "&" (shown
+# verbatim in a span, they could not be escaped, and the raw comment stays free of tags).
+_SPAN_RE = re.compile(r"(?<!`)`([^`|\n<&]+)`(?!`)")
+SPAN_UNSAFE = "`|\n<&"  # what a code span refuses to hold
 
 
 def _normalise(s: object) -> str:
@@ -171,13 +174,16 @@ def escape_message(s: object, max_chars: int | None = None, *, newline: str = " 
     """Like :func:`escape_cell`, but a pair of backticks becomes a code span (see the
     module docstring): ``use `torch.where` here`` renders ``torch.where`` as code.
 
-    Inside a span GitHub shows every character as typed and links nothing, so its
-    content is kept as is; a backtick with no partner is escaped like any other text.
+    Inside a span GitHub shows every character as typed and links nothing; its content
+    only gets the joiner after ``@`` (so even the raw comment names nobody; a line number
+    or a hash in code stays as typed). A backtick with no partner, or a span holding ``<`` or
+    ``&``, is escaped like any other text.
     """
     text = _one_line_text(s, max_chars)
     parts, start = [], 0
     for match in _SPAN_RE.finditer(text):
-        parts += [_escape_inline(text[start : match.start()]), match.group(0)]
+        span = "`" + neutralise_mentions(match.group(1)) + "`"
+        parts += [_escape_inline(text[start : match.start()]), span]
         start = match.end()
     parts.append(_escape_inline(text[start:]))
     return "".join(parts).replace("\n", newline)

@@ -38,6 +38,7 @@ from observer_ci.core.results import (
 )
 from observer_ci.report.chart import SOURCE_PAIRED, chart_points, latency_chart
 from observer_ci.report.escape import (
+    SPAN_UNSAFE,
     code_block,
     escape_cell,
     escape_html,
@@ -629,8 +630,10 @@ def _cause_lines(cause: Cause) -> str:
 
 
 def _as_code(text: str, max_chars: int) -> str:
-    """``text`` between backticks (a code span, unless it holds a backtick or ``|``)."""
-    return f"`{truncate(' '.join(text.split()), max_chars)}`"
+    """``text`` between backticks: a code span, or plain text when it holds what a span
+    refuses (:data:`~observer_ci.report.escape.SPAN_UNSAFE`)."""
+    text = truncate(" ".join(text.split()), max_chars)
+    return text if any(c in text for c in SPAN_UNSAFE) else f"`{text}`"
 
 
 def _inputs_table(inputs: list[InputInfo]) -> str:

@@ -238,3 +238,17 @@ def test_truncate_boundaries() -> None:
     assert truncate("abc", 2) == "a…"
     assert truncate("abc", 2, keep="tail") == "…c"
     assert truncate("abc", 1, keep="tail") == "…"
+
+
+def test_a_message_keeps_its_code_spans_and_refuses_what_a_span_cannot_hold():
+    from observer_ci.report.escape import escape_message
+
+    assert escape_message("use `torch.where(c, a, b)` here") == "use `torch.where(c, a, b)` here"
+    assert escape_message("`@me` and @you") == f"`@{ZWJ}me` and @{ZWJ}you"
+    # a tag, an entity, a pipe or a lone or doubled backtick: escaped text, not a span
+    assert escape_message("`<img src=x>`") == "\\`&lt;img src=x>\\`"
+    assert escape_message("`a|b`") == "\\`a\\|b\\`"
+    assert escape_message("a ` b") == "a \\` b"
+    assert escape_message("``x``") == "\\`\\`x\\`\\`"
+    code = parse(escape_message("run `make test` then `x`") + "\n")
+    assert code.tags.count("code") == 2
