@@ -1,7 +1,7 @@
 PYTHON ?= python3
 PIP_INSTALL = $(PYTHON) -m pip install --quiet -c constraints.txt
 
-.PHONY: install install-test install-mutation demo test lint bench mutation
+.PHONY: install install-test install-mutation demo test lint bench mutation render-deps test-render
 
 install:
 	$(PIP_INSTALL) -e '.[transformers]'
@@ -24,6 +24,18 @@ test: install-test
 	lint-imports
 	$(PYTHON) -m mypy
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile tests
+
+# The golden reports laid out in headless Chromium with Mermaid (tests/render/), screenshots in
+# build/render/. Separate from `make test`: it needs Debian's chromium (apt, as root: about a
+# minute, once) and mermaid from npm (tools/render, pinned by its lock: about 15 s, once).
+render-deps:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || { echo "render-deps: installing chromium (apt-get, about a minute)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-noto-color-emoji >/dev/null; }
+	@test -f tools/render/node_modules/mermaid/dist/mermaid.min.js || { echo "render-deps: installing mermaid (npm ci, about 15 s)"; \
+		cd tools/render && npm ci --no-audit --no-fund --silent; }
+
+test-render: install-test render-deps
+	OBSERVER_CI_RENDER=1 $(PYTHON) -m pytest -q tests/render
 
 install-mutation:
 	$(PIP_INSTALL) -e '.[test,transformers,mutation]'

@@ -38,7 +38,14 @@ from observer_ci.core.results import (
 )
 from observer_ci.report.changes import moved_outputs, op_diff_text, version_changes
 from observer_ci.report.chart import SOURCE_PAIRED, chart_points, latency_chart
-from observer_ci.report.escape import code_block, escape_cell, escape_html, truncate
+from observer_ci.report.escape import (
+    SPAN_UNSAFE,
+    code_block,
+    escape_cell,
+    escape_html,
+    escape_message,
+    truncate,
+)
 from observer_ci.report.rules import RULES_BY_NAME, Regression, Thresholds, worst_error
 from observer_ci.report.tables import (
     NONE,
@@ -101,7 +108,11 @@ _MAX_LISTED_CALLS = 20  # call numbers shown per graph
 _MAX_SHAPES = 8
 _MAX_DIMS_SHOWN = 4
 _MAX_MESSAGE = 300
+_MAX_SUMMARY_NAME = 32  # a model name in the summary (in full in its details)
+_MAX_DIMS_CHARS = 24  # the dims listed in the summary, then "(+n)"
 _URL_RE = re.compile(r"^https?://[^\s<>()\"'`\[\]]+$")
+# a workflow run's address names its repository: where our commit links point
+_RUN_REPO_RE = re.compile(r"^(https://[^/\s]+/[\w.-]+/[\w.-]+)/actions/runs/\d+")
 _SHA_RE = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _AUTO_DIM_RE = re.compile(r"^s\d+$")
 _DIM_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # not an expression like "a + b"
@@ -121,6 +132,11 @@ _ENV_FIELDS = (
 def _inline(text: Any, max_chars: int | None = None) -> str:
     """Escaped single-line text for headings, list items and paragraphs."""
     return escape_cell(text, max_chars, newline=" ")
+
+
+def _message(text: Any, max_chars: int | None = None) -> str:
+    """A message of ours around untrusted parts: its `code` spans render as code."""
+    return escape_message(text, max_chars, newline=" ")
 
 
 def _status_emoji(status: str) -> str:
@@ -144,9 +160,12 @@ def _regression_icon(reg: Regression) -> str:
     return "❌" if reg.fails_build else "⚠️"
 
 
-def _short_sha(sha: str) -> str | None:
-    """A commit as `` `abc1234` ``; anything that is not a hex SHA is dropped (untrusted)."""
-    return f"`{sha[:7]}`" if sha and _SHA_RE.match(sha) else None
+def _short_sha(sha: str, repo_url: str | None = None) -> str | None:
+    """A commit as `` `abc1234` `` (a link to it in ``repo_url``, our own link); anything
+    that is not a hex SHA is dropped (untrusted)."""
+    if not sha or not _SHA_RE.match(sha):
+        return None
+    return f"[`{sha[:7]}`]({repo_url}/commit/{sha})" if repo_url else f"`{sha[:7]}`"
 
 
 def _change(new: float | None, old: float | None) -> str:
@@ -186,6 +205,8 @@ class _Renderer:
         self.title = title
         self.thresholds = thresholds
         self.run_url = run_url if run_url and _URL_RE.match(run_url) else None
+        repo = _RUN_REPO_RE.match(self.run_url or "")
+        self.repo_url = repo.group(1) if repo else None
         self.regressions = sorted(regressions, key=lambda r: not r.fails_build)
         self.by_model: dict[str, list[Regression]] = {}
         for reg in self.regressions:
@@ -239,12 +260,12 @@ class _Renderer:
         return [f"{_status_emoji(s)} {counts[s]} {_inline(s, 40)}" for s in order]
 
     def compared(self) -> str:
-        head_sha = _short_sha(self.head.commit)
+        head_sha = _short_sha(self.head.commit, self.repo_url)
         if self.base is None:
             text = f"Head {head_sha}, no baseline" if head_sha else "No baseline"
             text += ": absolute thresholds only."
         else:
-            base_sha = _short_sha(self.base.commit)
+            base_sha = _short_sha(self.base.commit, self.repo_url)
             label = _inline(self.base.label, 80) if self.base.label not in ("", "base") else ""
             text = f"Head {head_sha} vs" if head_sha else "Compared with"
             if base_sha:
@@ -256,7 +277,7 @@ class _Renderer:
         return text
 
     def warnings(self) -> str:
-        lines = [f"⚠️ {_inline(n, 400)}" for n in self.head.environment.get("notes", []) or []]
+        lines = [f"⚠️ {_message(n, 400)}" for n in self.head.environment.get("notes", []) or []]
         if self.base is not None:
             diff = _environment_diff(self.base.environment, self.head.environment)
             if diff:
@@ -271,12 +292,11 @@ class _Renderer:
     def summary_table(self) -> str:
         if not self.head.models:
             return "No models were observed."
-        header = ["", "model", "export", "worst abs", "worst rel", "ORT"]
-        if self.versus_base:
-            header.append("ORT vs base")
-        header += ["torch", "probe", "dynamic dims"] + (["variants"] * has_variants(self.head))
+        ort = "ORT ×base" if self.versus_base else "ORT ×torch"  # the ratio in the cell
+        header = ["", "model", "export", "worst abs", "worst rel", ort, "probe"]
+        header += ["variants"] * has_variants(self.head)
         rows = [self.summary_row(m) for m in self.ordered_models()]
-        return markdown_table(header, rows, max_cell=120)
+        return markdown_table(header, rows, max_cell=_MAX_SUMMARY_NAME)
 
     def summary_row(self, model: ModelResult) -> list[object]:
         old = self.base_models.get(model.name)
@@ -289,14 +309,8 @@ class _Renderer:
             Markup(_export_cell(model.export, old.export if old else None) + _graphs_suffix(model)),
             Markup(_error_cell(model, old, "abs")),
             Markup(_error_cell(model, old, "rel")),
-            Markup(_latency_cell(model, None, "ort")),
-        ]
-        if self.versus_base:
-            row.append(Markup(_ort_versus_base_cell(model, old)))
-        row += [
-            Markup(_latency_cell(model, old, "torch")),
+            Markup(_ort_cell(model, old, self.versus_base)),
             Markup(_probe_cell(model.probe)),
-            Markup(_dims_cell(model.export)),
         ]
         if has_variants(self.head):
             row.append(Markup(variants_cell(model, self.thresholds)))
@@ -315,7 +329,7 @@ class _Renderer:
             row: list[object] = [Markup(_regression_icon(r)), r.model, r.rule]
             if values:
                 row += [_value(r.rule, r.base_value), _value(r.rule, r.head_value)]
-            rows.append([*row, r.message])
+            rows.append([*row, Markup(_message(r.message, limit))])
         header = ["", "model", "rule", *(["base", "head"] if values else []), "message"]
         # only warnings: they do not fail the build, and most are not about the base
         heading = (
@@ -326,23 +340,24 @@ class _Renderer:
         return f"{heading}\n\n" + markdown_table(header, rows, max_cell=limit)
 
     def chart(self) -> str:
-        chart = latency_chart(self.head, self.base)
+        order = [m.name for m in self.ordered_models()]
+        chart = latency_chart(self.head, self.base, order)
         if not chart:
             return ""
-        sources = [p.source for p in chart_points(self.head, self.base) if p.source]
+        sources = [p.source for p in chart_points(self.head, self.base, order) if p.source]
         paired = sources.count(SOURCE_PAIRED)
         if not sources:
-            what = "lower is faster"
+            what = "in the order of the table; shorter is faster"
         elif paired == len(sources):
-            what = "bars head, line base from the paired timing: head's value ÷ head/base"
+            what = "base and head from the paired timing (both timed alternately in one process)"
         elif not paired:
-            what = "bars head, line base from base's separate run"
+            what = "base and head from their separate runs"
         else:
             what = (
-                f"bars head, line base from the paired timing for {paired} of "
-                f"{plural(len(sources), 'model')}, from base's separate run for the others"
+                f"base and head from the paired timing for {paired} of "
+                f"{plural(len(sources), 'model')}, from their separate runs for the others"
             )
-        return f"_ORT latency as a percentage of torch latency per model ({what})._\n\n{chart}"
+        return f"_ORT median latency per model ({what})._\n\n{chart}"
 
     def legend(self) -> str:
         th = self.thresholds
@@ -351,26 +366,33 @@ class _Renderer:
         lines = [
             "<details><summary>How to read this report: columns, thresholds, environment</summary>",
             "",
-            "- **export**: wall time of `torch.onnx.export(dynamo=True)` and ONNX node count"
-            + ("; `(×1.2)` is the change against base." if against else "."),
+            "- **export**: wall time of `torch.onnx.export(dynamo=True)` · ONNX node count"
+            + (
+                "; `(+4)` is the node count's change against base (the time's is in the details)."
+                if against
+                else "."
+            ),
             "- **worst abs / worst rel**: largest difference between torch and onnxruntime "
             "outputs over every replayed call; rel is `|torch - ort| / (|torch| + 1e-3)`.",
-            "- **ORT / torch**: median latency of a call over the timed runs; in brackets the "
-            "10th and 90th percentiles of those runs (the noise of this machine)"
-            + ("; `· ×1.2 vs base` compares with base's separate run." if against else ".")
-            + _timing_settings(self.head.settings),
+            "- **ORT**: median onnxruntime latency of a call over the timed runs; the spread "
+            "(10th and 90th percentiles, the noise of this machine) and eager torch's latency "
+            "are in each model's details." + _timing_settings(self.head.settings),
         ]
         if self.versus_base:
             lines.append(
-                "- **ORT vs base**: head/base ORT latency. `paired`: both graphs timed "
-                "alternately in one process on head's inputs (the median of the pair ratios; "
-                "in brackets their 10th and 90th percentiles), so both see the same machine "
-                "load. `separate runs`: the ratio of the two runs' medians, timed apart "
-                "(less reliable)."
+                "- **×base**: head/base ORT latency, from the paired timing when there is one "
+                "(both graphs timed alternately in one process on head's inputs, the median of "
+                "the pair ratios: both see the same machine load); `†`: from the medians of two "
+                "separate runs, timed apart (less reliable)."
+            )
+        else:
+            lines.append(
+                "- **×torch**: ORT latency ÷ eager torch latency (`×0.5`: ORT takes half the "
+                "time); eager torch is the noisier of the two."
             )
         lines += [
             "- **probe**: one run at sizes never observed, proof the dynamic dims work.",
-            "- **dynamic dims**: symbolic dimensions of the exported graph; names like "
+            "- **dynamic dims** (details): symbolic dimensions of the exported graph; names like "
             "`s77` are made up by `torch.export`, and one name is one size in every input.",
             "- **hist** (per call): output elements whose absolute difference exceeds "
             "each bound. **SUCCESS**: the call is within the tolerances below.",
@@ -433,9 +455,12 @@ class _Renderer:
         if model.cause is not None:
             blocks.append(_cause_lines(model.cause))
         if model.notes:
-            blocks.append("\n".join(f"- ⚠️ {_inline(n, 400)}" for n in model.notes))
+            blocks.append("\n".join(f"- ⚠️ {_message(n, 400)}" for n in model.notes))
         facts = [
-            _export_line(model.export),
+            _export_line(
+                model.export, old.export if (old := self.base_models.get(model.name)) else None
+            ),
+            _latency_line(model, self.base_models.get(model.name)),
             _probe_line(model.probe),
             _paired_line(model.paired_latency),
             _phases_line(model),
@@ -474,18 +499,19 @@ class _Renderer:
 # -- summary cells ----------------------------------------------------------------------
 
 
-def _export_cell(export: ExportResult | None, old: ExportResult | None) -> str:
+def _export_cell(
+    export: ExportResult | None, old: ExportResult | None, *, nodes_word: bool = False
+) -> str:
+    """``2.5 s · 12 (+0)``: time and node count (``12 nodes`` with ``nodes_word``)."""
     if export is None:
         return NONE
     if not export.ok:
         return "❌ failed"
-    old = old if old is not None and old.ok else None
-    text = format_seconds(export.seconds)
-    if old is not None:
-        text += _change(export.seconds, old.seconds)
+    old_ok = old is not None and old.ok
+    text = format_seconds(export.seconds)  # its change against base is in the details
     if export.node_count is not None:
-        text += f" · {plural(export.node_count, 'node')}"
-        if old is not None and old.node_count is not None:
+        text += f" · {plural(export.node_count, 'node') if nodes_word else export.node_count}"
+        if old_ok and old.node_count is not None:
             text += f" ({export.node_count - old.node_count:+d})"
     return text
 
@@ -494,7 +520,8 @@ def _error_cell(model: ModelResult, old: ModelResult | None, metric: str) -> str
     value = worst_error(model, metric)
     text = format_float(value)
     if old is not None and value is not None:
-        text += _change(value, worst_error(old, metric))
+        change = _change(value, worst_error(old, metric))
+        text += "" if change == f" ({format_ratio(1.0)})" else change
     return text
 
 
@@ -521,30 +548,56 @@ def _timing_settings(settings: dict[str, object]) -> str:
     return text + "."
 
 
-def _latency_cell(model: ModelResult, old: ModelResult | None, runtime: str) -> str:
-    """``1 ms (0.94–1.22 ms)``, and `` · ×1.2 vs base`` (separate runs) when ``old``."""
+def _latency_text(model: ModelResult, runtime: str) -> str:
+    """``1 ms (0.94–1.22 ms)``: the median and the spread of the timed runs."""
     median = getattr(model, f"median_{runtime}_latency_s")
-    text = format_seconds(median) + (_spread(model.latency_range(runtime)) if median else "")
-    if old is not None and median is not None:
-        change = ratio(median, getattr(old, f"median_{runtime}_latency_s"))
-        if change is not None:
-            text += f" · {format_ratio(change)} vs base"
+    return format_seconds(median) + (_spread(model.latency_range(runtime)) if median else "")
+
+
+def _ort_cell(model: ModelResult, old: ModelResult | None, versus_base: bool) -> str:
+    """One number and one ratio: ``660 µs ×1.6`` against base (``†``: separate runs),
+    or ``21 µs ×0.44`` against eager torch when there is no base."""
+    median = model.median_ort_latency_s
+    text = format_seconds(median)
+    change = _ort_versus_base(model, old) if versus_base else None
+    if change is not None:
+        return f"{text} {format_ratio(change[0], digits=2)}{'' if change[1] else '†'}"
+    if not versus_base:
+        versus_torch = ratio(median, model.median_torch_latency_s)
+        if versus_torch is not None:
+            return f"{text} {format_ratio(versus_torch, digits=2)}"
     return text
 
 
-def _ort_versus_base_cell(model: ModelResult, old: ModelResult | None) -> str:
-    """Head/base ORT latency: ``×1.05 paired (×0.98–1.12)`` from the interleaved timing,
-    else ``×1.2 separate runs`` from the medians of the two runs, else ``–``."""
+def _ort_versus_base(model: ModelResult, old: ModelResult | None) -> tuple[float, bool] | None:
+    """Head/base ORT latency and whether it is paired (interleaved), or None."""
     paired = _paired(model)
-    if paired is not None:
-        text = f"{format_ratio(paired.ratio)} paired"
-        if paired.ratio_low is not None and paired.ratio_high is not None:
-            text += f" ({format_ratio_range(paired.ratio_low, paired.ratio_high)})"
-        return text
+    if paired is not None and paired.ratio is not None:
+        return paired.ratio, True
     if old is None:
-        return NONE
+        return None
     change = ratio(model.median_ort_latency_s, old.median_ort_latency_s)
-    return NONE if change is None else f"{format_ratio(change)} separate runs"
+    return None if change is None else (change, False)
+
+
+def _latency_line(model: ModelResult, old: ModelResult | None) -> str:
+    """ORT and torch medians with their spread, and their change against base."""
+    if model.median_ort_latency_s is None and model.median_torch_latency_s is None:
+        return ""
+    parts = [f"ORT {_latency_text(model, 'ort')}", f"torch {_latency_text(model, 'torch')}"]
+    versus_torch = ratio(model.median_ort_latency_s, model.median_torch_latency_s)
+    if versus_torch is not None:
+        parts.append(f"ORT/torch {format_ratio(versus_torch)}")
+    if old is not None:
+        for runtime in ("ort", "torch"):
+            change = ratio(
+                getattr(model, f"median_{runtime}_latency_s"),
+                getattr(old, f"median_{runtime}_latency_s"),
+            )
+            if change is not None:
+                name = "ORT" if runtime == "ort" else "torch"
+                parts.append(f"{name} vs base's separate run {format_ratio(change)}")
+    return "**Latency:** " + " · ".join(parts)
 
 
 def _probe_cell(probe: ProbeResult | None) -> str:
@@ -569,9 +622,15 @@ def _dims_cell(export: ExportResult | None) -> str:
         dict.fromkeys(found)
     )
     named = [n for n in names if not _AUTO_DIM_RE.match(n)] or names
-    shown = ", ".join(_inline(n, 30) for n in named[:_MAX_DIMS_SHOWN])
-    hidden = len(names) - min(len(named), _MAX_DIMS_SHOWN)
-    return shown + (f" (+{hidden})" if hidden else "")
+    shown: list[str] = []
+    for name in named[:_MAX_DIMS_SHOWN]:
+        if shown and len(", ".join([*shown, name])) > _MAX_DIMS_CHARS:
+            break
+        shown.append(name)
+    hidden = len(names) - len(shown)
+    return ", ".join(_inline(n, _MAX_DIMS_CHARS) for n in shown) + (
+        f" (+{hidden})" if hidden else ""
+    )
 
 
 # -- per-model details --------------------------------------------------------------------
@@ -641,12 +700,19 @@ def _dynamic_dims_cell(info: InputInfo) -> str:
 
 def _cause_lines(cause: Cause) -> str:
     """Cause, the user's line and the next step: what a reader should read first."""
-    lines = [f"**Cause:** {_inline(cause.summary, 500)}"]
+    lines = [f"**Cause:** {_message(cause.summary, 500)}"]
     if cause.user_frame:
-        lines.append(f"**Your code:** {_inline(cause.user_frame, 300)}")
+        lines.append(f"**Your code:** {_message(_as_code(cause.user_frame, 300))}")
     if cause.next_step:
-        lines.append(f"**Next step:** {_inline(cause.next_step, 500)}")
+        lines.append(f"**Next step:** {_message(cause.next_step, 500)}")
     return "  \n".join(lines)  # two trailing spaces: a hard line break
+
+
+def _as_code(text: str, max_chars: int) -> str:
+    """``text`` between backticks: a code span, or plain text when it holds what a span
+    refuses (:data:`~observer_ci.report.escape.SPAN_UNSAFE`)."""
+    text = truncate(" ".join(text.split()), max_chars)
+    return text if any(c in text for c in SPAN_UNSAFE) else f"`{text}`"
 
 
 def _inputs_table(inputs: list[InputInfo]) -> str:
@@ -718,7 +784,7 @@ def _graphs_table(model: ModelResult) -> str:
         [
             graph.name,
             _calls_list(graph.observation_indices),
-            Markup(_export_cell(graph.export, None)),
+            Markup(_export_cell(graph.export, None, nodes_word=True)),
             Markup(_graph_abs_cell(graph)),
             Markup(_probe_cell(graph.probe)),
             graph.reason or "the main graph",
@@ -786,14 +852,15 @@ def _onnx_inputs(export: ExportResult) -> str:
     return ", ".join(items)
 
 
-def _export_line(export: ExportResult | None) -> str:
+def _export_line(export: ExportResult | None, old: ExportResult | None = None) -> str:
     label = "**Export:**"
     if export is None:
         return f"{label} not attempted"
     if not export.ok:
         return f"{label} ❌ failed after {format_seconds(export.seconds)}"
+    change = _change(export.seconds, old.seconds) if old is not None and old.ok else ""
     parts = [
-        "✅ cached" if export.cached else f"✅ {format_seconds(export.seconds)}",
+        "✅ cached" if export.cached else f"✅ {format_seconds(export.seconds)}{change}",
         f"opset {format_float(export.opset)}",
         f"{format_float(export.node_count)} nodes",
         format_bytes(export.file_size),
@@ -801,6 +868,7 @@ def _export_line(export: ExportResult | None) -> str:
     if export.failed_samples and export.sample_index is not None:
         tried = ", ".join(_inline(f.split(":", 1)[0], 20) for f in export.failed_samples)
         parts.append(f"sample: call {export.sample_index} ({tried} failed to trace)")
+    parts.append(f"dynamic dims: {_dims_cell(export)}")
     inputs = _onnx_inputs(export)
     if inputs:
         parts.append(f"ONNX inputs: {inputs}")
@@ -814,7 +882,7 @@ def _paired_line(paired: PairedLatency | None) -> str:
         return ""
     if paired.ratio is None:
         reason = _inline(paired.reason, 200) if paired.reason else "no reason given"
-        return f"{label} not available ({reason}); ORT vs base is from separate runs"
+        return f"{label} not available ({reason}); ×base is from separate runs"
     parts = [f"head/base {format_ratio(paired.ratio)}"]
     if paired.ratio_low is not None and paired.ratio_high is not None:
         parts[0] += f" ({format_ratio_range(paired.ratio_low, paired.ratio_high)})"

@@ -1,7 +1,11 @@
 """Numbers as short text, and the Markdown pipe table the report is built from.
 
-No pandas, no tabulate: a table is a header, a delimiter row and one line per
-row; every cell is escaped here unless it is :class:`Markup` the report wrote.
+Tables are laid out by ``tabulate`` (GitHub format), imported on the first table
+so the parent's start-up does not pay for it. Cells are not padded (``stralign=None``):
+a row of a golden report changes in a diff only when its own cells do, and a wide
+message column does not spend the comment's 65,536 characters on spaces. Every cell
+is escaped here, before tabulate sees it, unless it is :class:`Markup` the report
+wrote; tabulate's number parsing is off, so a cell is printed exactly as escaped.
 """
 
 from __future__ import annotations
@@ -74,9 +78,11 @@ def format_bytes(size: int | float | None) -> str:
     return f"{value:.3g} TiB"
 
 
-def format_ratio(value: float | None) -> str:
-    """``×1.52``; None is ``–``."""
-    return NONE if value is None else f"×{format_float(value)}"
+def format_ratio(value: float | None, *, digits: int = 3) -> str:
+    """``×1.52`` (``digits`` significant digits); None is ``–``."""
+    if value is None:
+        return NONE
+    return f"×{format_float(value)}" if digits == 3 else f"×{value:.{digits}g}"
 
 
 def format_ratio_range(low: float | None, high: float | None) -> str:
@@ -124,11 +130,23 @@ def markdown_table(
 ) -> str:
     """A GitHub pipe table; cells are escaped onto one line (capped at ``max_cell`` raw
     characters) unless they are :class:`Markup`. Every row must have the header's length."""
-    lines = [_row([_cell(h, None) for h in header]), "|" + "---|" * len(header)]
+    from tabulate import tabulate  # lazy: only a report pays for it
+
     for row in rows:
         if len(row) != len(header):
             raise ValueError(f"row has {len(row)} cells, header has {len(header)}")
-        lines.append(_row([_cell(c, max_cell) for c in row]))
+    cells = [[_cell(c, max_cell) for c in row] for row in rows]
+    lines = tabulate(
+        cells,
+        headers=[_cell(h, None) for h in header],
+        tablefmt="github",
+        disable_numparse=True,
+        stralign=None,  # no padding (see the module docstring)
+    ).split("\n")
+    # tabulate sizes the delimiter row by its measure of the widest cell, which counts an
+    # emoji as 1 or 2 columns depending on whether wcwidth is installed: a fixed delimiter
+    # keeps report.md the same bytes on every machine
+    lines[1] = "|" + "---|" * len(header)
     return "\n".join(lines)
 
 
@@ -136,7 +154,3 @@ def _cell(value: object, max_chars: int | None) -> str:
     if isinstance(value, Markup):
         return str(value)
     return escape_cell(value, max_chars, newline=" ")
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"

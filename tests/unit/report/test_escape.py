@@ -109,8 +109,8 @@ def test_a_table_keeps_its_column_count(rows):
 
 
 def test_only_what_can_do_harm_is_escaped():
-    assert escape_cell("past_key_values_key_cache_0 > 0.1, a-b: c.d (e) #12") == (
-        "past_key_values_key_cache_0 > 0.1, a-b: c.d (e) #12"
+    assert escape_cell("past_key_values_key_cache_0 > 0.1, a-b: c.d (e) 12") == (
+        "past_key_values_key_cache_0 > 0.1, a-b: c.d (e) 12"
     )
     assert escape_cell("__init__ *x* `y` [z](w) ~~s~~") == (
         "\\_\\_init\\_\\_ \\*x\\* \\`y\\` \\[z](w) \\~\\~s\\~\\~"
@@ -122,13 +122,14 @@ def test_only_what_can_do_harm_is_escaped():
 
 def test_mentions_and_command_lines_are_neutralised():
     assert neutralise_mentions("@a and @org/team") == f"@{ZWJ}a and @{ZWJ}org/team"
-    assert escape_text("/deploy now\n::error::x") == f"{ZWJ}/deploy now\n{ZWJ}::error::x"
+    # (the ZWJ inside "::error::" is the emoji-shortcode one: ":error:" could be one)
+    assert escape_text("/deploy now\n::error::x") == f"{ZWJ}/deploy now\n{ZWJ}::{ZWJ}error::x"
     assert escape_html("ok\n  /approve") == f"ok\n{ZWJ}  /approve"
 
 
-def test_line_starts_that_open_blocks_are_escaped_but_cross_refs_are_kept():
+def test_line_starts_that_open_blocks_are_escaped_and_references_broken():
     out = escape_text("# title\n- item\n1. first\n    code\nsee #123")
-    assert out.split("\n") == ["\\# title", "\\- item", "1\\. first", "code", "see #123"]
+    assert out.split("\n") == ["\\# title", "\\- item", "1\\. first", "code", f"see #{ZWJ}123"]
 
 
 def test_escape_text_keeps_newlines_and_drops_control_characters():
@@ -237,3 +238,17 @@ def test_truncate_boundaries() -> None:
     assert truncate("abc", 2) == "a…"
     assert truncate("abc", 2, keep="tail") == "…c"
     assert truncate("abc", 1, keep="tail") == "…"
+
+
+def test_a_message_keeps_its_code_spans_and_refuses_what_a_span_cannot_hold():
+    from observer_ci.report.escape import escape_message
+
+    assert escape_message("use `torch.where(c, a, b)` here") == "use `torch.where(c, a, b)` here"
+    assert escape_message("`@me` and @you") == f"`@{ZWJ}me` and @{ZWJ}you"
+    # a tag, an entity, a pipe or a lone or doubled backtick: escaped text, not a span
+    assert escape_message("`<img src=x>`") == "\\`&lt;img src=x>\\`"
+    assert escape_message("`a|b`") == "\\`a\\|b\\`"
+    assert escape_message("a ` b") == "a \\` b"
+    assert escape_message("``x``") == "\\`\\`x\\`\\`"
+    code = parse(escape_message("run `make test` then `x`") + "\n")
+    assert code.tags.count("code") == 2

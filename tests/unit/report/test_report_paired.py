@@ -1,5 +1,5 @@
 """The paired (interleaved) base/head ORT timing in the report and the latency rule:
-the summary's "ORT vs base" cell, the details line, the chart's base line, the rule's
+the summary's "ORT ×base" cell, the details line, the chart's base bars, the rule's
 limits, and untrusted text around it. Built from results objects (tests/support/builders.py),
 written to results.json and read back, as the action renders them."""
 
@@ -78,42 +78,42 @@ def test_the_summary_shows_the_paired_ratio_with_its_spread_and_says_so(tmp_path
     base = reread(run(timed("p"), timed("s"), label="base"), tmp_path, "base.json")
     text = render(head, base)
     header, rows = summary(text)
-    assert header[5:8] == ["ORT", "ORT vs base", "torch"]
-    # paired: the interleaved ratio, not the x2 of the separate runs
-    assert rows["p"][5:8] == ["2 ms", "×1.05 paired (×0.98–1.12)", "2 ms · ×1 vs base"]
-    # no pair: the medians of the separate runs, and it says so
-    assert rows["s"][5:8] == ["2 ms", "×2 separate runs", "2 ms · ×1 vs base"]
-    assert "`paired`: both graphs timed alternately in one process" in text
-    assert "`separate runs`: the ratio of the two runs' medians" in text
+    assert header[5] == "ORT ×base"
+    # paired: the interleaved ratio, not the x2 of the separate runs (its spread: details)
+    assert rows["p"][5] == "2 ms ×1.1"
+    assert "head/base ×1.05 (×0.98–1.12)" in text
+    # no pair: the medians of the separate runs, and it says so (†)
+    assert rows["s"][5] == "2 ms ×2†"
+    assert "(both graphs timed alternately in one process" in text
+    assert "`†`: from the medians of two separate runs" in text
 
 
 @pytest.mark.parametrize(
     ("paired", "expected"),
     [
-        (pair(1.0, 1.0, 1.0), "×1 paired (×1–1)"),
-        (pair(1.5, 1.499, 1.5004), "×1.5 paired (×1.5–1.5)"),  # 3 significant digits
-        (pair(0.123456, 0.1, 0.2), "×0.123 paired (×0.1–0.2)"),
-        (pair(1.05, None, None), "×1.05 paired"),  # older results without the spread
-        (pair(None, reason="the head run saved no inputs"), "×2 separate runs"),
+        (pair(1.0, 1.0, 1.0), "2 ms ×1"),
+        (pair(1.5, 1.499, 1.5004), "2 ms ×1.5"),  # 2 significant digits in the summary
+        (pair(0.123456, 0.1, 0.2), "2 ms ×0.12"),
+        (pair(1.05, None, None), "2 ms ×1.1"),  # older results without the spread
+        (pair(None, reason="the head run saved no inputs"), "2 ms ×2†"),
     ],
 )
 def test_the_ort_vs_base_cell_at_its_boundaries(paired, expected):
     text = render(run(timed("m", 2e-3, paired)), run(timed("m"), label="base"))
-    assert cell(text, "m", "ORT vs base") == expected
+    assert cell(text, "m", "ORT ×base") == expected
 
 
 def test_without_comparable_base_the_cell_is_a_dash_and_without_base_there_is_no_column():
     no_latency = model("m", observations=[observation(0, ort=None)])
-    assert cell(render(run(timed("m")), run(no_latency, label="base")), "m", "ORT vs base") == "–"
+    assert cell(render(run(timed("m")), run(no_latency, label="base")), "m", "ORT ×base") == "1 ms"
     assert (
-        cell(render(run(timed("m")), run(timed("other"), label="base")), "m", "ORT vs base") == "–"
+        cell(render(run(timed("m")), run(timed("other"), label="base")), "m", "ORT ×base") == "1 ms"
     )
     header, _ = summary(render(run(timed("m")), None))
-    assert "ORT vs base" not in header
+    assert "ORT ×base" not in header and "ORT ×torch" in header
+    assert cell(render(run(timed("m")), None), "m", "ORT ×torch") == "1 ms ×0.5"
     # a paired timing kept in results re-rendered without base still shows (and says) it
-    assert cell(render(run(timed("m", paired=pair())), None), "m", "ORT vs base") == (
-        "×1.05 paired (×0.98–1.12)"
-    )
+    assert cell(render(run(timed("m", paired=pair())), None), "m", "ORT ×base") == "1 ms ×1.1"
 
 
 def test_details_say_what_the_pair_measured_or_why_there_is_none():
@@ -126,30 +126,37 @@ def test_details_say_what_the_pair_measured_or_why_there_is_none():
     text = render(run(timed("m", 2e-3, missing)), run(timed("m"), label="base"))
     assert (
         "**Paired ORT timing (base and head interleaved):** not available (the base graph "
-        "takes other inputs than the head graph); ORT vs base is from separate runs"
+        "takes other inputs than the head graph); ×base is from separate runs"
     ) in text
 
 
 # -- the chart ---------------------------------------------------------------------------------
 
 
-def series(chart: str, kind: str) -> list[float]:
-    found = re.search(rf"^    {kind} \[(.*)\]$", chart, re.M)
-    return [float(v) for v in found.group(1).split(", ")] if found else []
+def series(chart: str) -> list[list[float]]:
+    """Every ``bar`` series of the chart, in order (base first when there is one)."""
+    found = re.findall(r"^    bar \[(.*)\]$", chart, re.M)
+    return [[float(v) for v in values.split(", ")] for values in found]
 
 
-def test_the_chart_base_line_comes_from_the_pair_when_there_is_one():
-    # head ORT 1 ms / torch 2 ms = 50%; paired x2 -> base 25%; separate base run: 1 ms -> 50%
+def labels(chart: str) -> list[str]:
+    return re.findall(r'"([^"]+)"', re.search(r"^    x-axis \[(.*)\]$", chart, re.M).group(1))
+
+
+def test_the_chart_pairs_base_and_head_bars_from_the_pair_when_there_is_one():
+    # p: the pair's own medians (base 1 ms, head 2 ms: like with like), not base's 0.1 ms run;
+    # s: no pair, each run's median (base 0.5 ms, head 1 ms). Nothing divided by torch.
     head = run(timed("p", paired=pair(2.0, 1.8, 2.2)), timed("s"))
     base = run(timed("p", 1e-4), timed("s", 5e-4), label="base")
     chart = latency_chart(head, base)
-    assert series(chart, "bar") == [50, 50]
-    assert series(chart, "line") == [25, 25]  # p from the pair, s from base's run (0.5/2)
+    assert series(chart) == [[1, 2, 0.5, 1]]  # base and head of each model, in ms
+    assert labels(chart) == ["p base 1 ms", "p head 2 ms", "s base 500 µs", "s head 1 ms"]
+    assert re.search(r'^    y-axis "ms" 0 --> 2.3$', chart, re.M)
     text = render(head, base)
-    assert "line base from the paired timing for 1 of 2 models, from base's separate run" in text
+    assert "from the paired timing for 1 of 2 models, from their separate runs" in text
     only_paired = render(run(timed("p", paired=pair(2.0)), timed("q", paired=pair(0.5))), base)
-    assert "line base from the paired timing: head's value ÷ head/base" in only_paired
-    assert "line base from base's separate run" in render(run(timed("s")), base)
+    assert "base and head from the paired timing (both timed alternately" in only_paired
+    assert "base and head from their separate runs" in render(run(timed("s")), base)
 
 
 # -- the rule ---------------------------------------------------------------------------------
@@ -209,6 +216,6 @@ def test_an_adversarial_name_and_reason_stay_data():
     header, rows = summary(text)
     assert all(len(row) == len(header) for row in rows.values())  # no pipe broke a row
     evil_row = next(row for name, row in rows.items() if "script" in name)
-    assert evil_row[header.index("ORT vs base")] == "×2 paired (×1.5–2.5)"
+    assert evil_row[header.index("ORT ×base")] == "2 ms ×2"
     chart = latency_chart(head, base)
     assert "<" not in chart and "`" not in chart.replace("```", "") and "@" not in chart

@@ -4,6 +4,8 @@ summaries, and "base **base**"."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from observer_ci.core.results import InputInfo
@@ -36,7 +38,7 @@ def test_a_range_names_its_unit_once_when_both_ends_share_it(low, high, expected
 def test_warnings_alone_are_titled_warnings_without_empty_value_columns():
     warning = Regression("m", "stand_in_input", "call 0 did not pass memory", None, None, False)
     text = render_report(run(model("m")), [warning], run(model("m"), label="base"))
-    assert "### Warnings\n\n|  | model | rule | message |\n|---|---|---|---|\n" in text
+    assert re.search(r"### Warnings\n\n\|  \| model \| rule \| message \|\n(\|-+){4}\|\n", text)
     assert "| ⚠️ | m | stand_in_input | call 0 did not pass memory |" in text
     assert "### Regressions" not in text
     failing = Regression("m", "export_failed", "export failed", "ok", "export_failed", True)
@@ -45,12 +47,13 @@ def test_warnings_alone_are_titled_warnings_without_empty_value_columns():
     assert "| ⚠️ | m | stand_in_input | – | – | call 0 did not pass memory |" in text
 
 
-def test_the_dims_column_lists_dims_not_expressions_of_them():
+def test_the_dynamic_dims_list_dims_not_expressions_of_them():
     dims = {"ids": ["batch", "seq"], "mask": ["batch", "past + seq"], "cache": ["batch", "past"]}
     text = render_report(run(model("m", export=export(input_dims=dims))), [])
-    assert "| batch, seq, past |" in text
+    assert " · dynamic dims: batch, seq, past · " in text  # in the details' Export line
     only = {"mask": ["batch + 1"]}  # nothing else to show: the expression is kept
-    assert "| batch + 1 |" in render_report(run(model("m", export=export(input_dims=only))), [])
+    text = render_report(run(model("m", export=export(input_dims=only))), [])
+    assert " · dynamic dims: batch + 1 · " in text
 
 
 def test_absent_inputs_scalars_dtypes_and_derived_dims_are_spelled_out():
@@ -82,10 +85,11 @@ def test_a_base_without_commit_or_label_is_the_base_run():
 
 def test_without_base_the_legend_explains_no_base_columns():
     alone = render_report(run(model("m")), [])
-    assert "vs base" not in alone and "(×1.2)" not in alone
+    assert "×base" not in alone and "(+4)" not in alone and "vs base" not in alone
+    assert "- **×torch**: ORT latency ÷ eager torch latency" in alone
     compared = render_report(run(model("m")), [], run(model("m"), label="base"))
-    assert "- **ORT vs base**: head/base ORT latency." in compared
-    assert "`(×1.2)` is the change against base" in compared
+    assert "- **×base**: head/base ORT latency" in compared and "×torch" not in compared
+    assert "`(+4)` is the node count's change against base" in compared
 
 
 def test_a_hostile_probe_shape_from_a_payload_stays_text():

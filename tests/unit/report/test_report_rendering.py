@@ -123,15 +123,16 @@ def test_every_model_detail_is_collapsed():
 
 # -- the Mermaid chart ---------------------------------------------------------------------
 
-_LABEL = r'"[A-Za-z0-9 ._-]+"'
-_NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+# a label: the sanitised name, then its value (digits and a unit)
+_LABEL = r'"[A-Za-z0-9 ._()-]+ (?:base |head )?\d+(?:\.\d+)? (?:s|ms|µs|ns)"'
+_NUMBER = r"\d+(?:\.\d+)?"  # Mermaid reads no exponent
 _LINES = [
-    re.compile(r"^xychart-beta$"),
+    re.compile(r"^xychart-beta horizontal$"),
     re.compile(r'^    title "[^"\n]+"$'),
     re.compile(rf"^    x-axis \[{_LABEL}(?:, {_LABEL})*\]$"),
-    re.compile(rf'^    y-axis "[^"\n]+" 0 --> {_NUMBER}$'),
+    re.compile(rf'^    y-axis "(?:s|ms|µs)" 0 --> {_NUMBER}$'),
     re.compile(rf"^    bar \[{_NUMBER}(?:, {_NUMBER})*\]$"),
-    re.compile(rf"^    line \[{_NUMBER}(?:, {_NUMBER})*\]$"),
+    re.compile(rf"^    bar \[{_NUMBER}(?:, {_NUMBER})*\]$"),
 ]
 
 
@@ -157,8 +158,8 @@ def test_chart_is_valid_mermaid_with_hostile_names():
     head.models[1].name = MERMAID_HOSTILE
     chart = latency_chart(head)
     labels, series = assert_valid_xychart(chart)
-    assert labels == ["mlp_classifier", "a_ _ _init_ _the.."]
-    assert series == [[50.0, 25.0]]  # ORT as percent of torch: 2/4 ms and 1/4 ms
+    assert labels == ["mlp_classifier 2 ms", "a_) _ _(init_ (_theme_x_))_cli.. 1 ms"]
+    assert series == [[2.0, 1.0]]  # ORT median latency in ms, nothing divided by torch
     assert chart.count("```") == 2 and "%%" not in chart and "click" not in chart.split("[")[1]
 
 
@@ -169,7 +170,11 @@ def test_chart_compares_base_and_head_and_appears_in_the_report():
     block = re.search(r"```mermaid\n.*?\n```", markdown, re.DOTALL)
     assert block is not None
     labels, series = assert_valid_xychart(block.group(0))
-    assert len(labels) == 2 and series[0] == [50.0, 25.0] and series[1] == [25.0, 25.0]
+    # base and head bars per model, in the summary table's order
+    assert [label.rsplit(" ", 3)[1] for label in labels] == ["base", "head"] * 2
+    assert series == [[1.0, 2.0, 1.0, 1.0]]
+    table_order = [row.split(" | ")[1] for row in markdown.splitlines() if row.startswith("| ")]
+    assert table_order[1] == "mlp_classifier" and labels[0] == "mlp_classifier base 1 ms"
     assert markdown.index("```mermaid") < markdown.index("### Details")
 
 
@@ -230,7 +235,10 @@ BENIGN = structure(results_naming_everything("benign"))
 def test_no_untrusted_string_changes_the_report_structure(text):
     tags, tables, all_text = structure(results_naming_everything(text))
     benign_tags, benign_tables, _ = BENIGN
-    assert tags == benign_tags  # no element added, removed or moved
+    # A backtick in untrusted text may pair with one of our messages' code spans: a code
+    # span is inert (shown verbatim, links nothing), every other element stays in place.
+    inert = {"code"}
+    assert [t for t in tags if t not in inert] == [t for t in benign_tags if t not in inert]
     assert tables == benign_tables  # no column or row added
     assert not MENTION_RE.search(all_text)
 
