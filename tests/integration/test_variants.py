@@ -102,7 +102,7 @@ def test_an_unavailable_provider_is_a_skipped_row_never_a_failure(run):
     text = render_report(run, regs, max_chars=None)
     assert f"| ⏭️ | float32, fp16, int8, optimized | {MISSING} | skipped: " in text
     header = next(line for line in text.splitlines() if line.startswith("|  | model |"))
-    assert header.endswith("| dynamic dims | variants |")
+    assert header.endswith("| probe | variants |")
 
 
 def test_variants_survive_results_json(run, tmp_path):
@@ -127,4 +127,4 @@ def test_without_variants_nothing_changes(tmp_path, cache):
     assert all(not g.variants for g in model.graphs) and "variants" not in model.phase_seconds
     text = render_report(RunResults(models=[model]), [], max_chars=None)
     header = next(line for line in text.splitlines() if line.startswith("|  | model |"))
-    assert header.endswith("| dynamic dims |") and "**Variants" not in text
+    assert header.endswith("| probe |") and "**Variants" not in text
