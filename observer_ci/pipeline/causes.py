@@ -29,6 +29,7 @@ ORT_FAILURE = "ort_failure"
 PROBE_FAILURE = "probe_failure"
 SCRIPT_ERROR = "script_error"
 INPUT_NAME = "input_name"
+DROPPED_STATE = "dropped_state"
 UNKNOWN = "unknown"
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
@@ -284,6 +285,20 @@ def _dropped_cache(text: str, exc: BaseException, observer: Any) -> Cause | None
                     "TorchExportableModuleWithStaticCache)",
                 )
     return None
+
+
+def explain_dropped_state(name: str, holder: str, paths: Sequence[str]) -> Cause:
+    """An input holds tensors that became no graph input: the graph runs without them."""
+    return Cause(
+        DROPPED_STATE,
+        f"input {name!r} (a {holder}) keeps {len(paths)} tensor(s) that are no input of the "
+        f"graph: {listed(list(paths), 3)}; the export ran without them, so the graph does "
+        "not carry the model's state (a match on the observed calls proves nothing)",
+        f"pass that state as tensors, or register {holder} as a pytree before observing "
+        "(`torch.utils._pytree.register_pytree_node`); for a transformers cache, observe "
+        "with the default `DynamicCache` (observer-ci flattens its key/value, convolution "
+        "and recurrent layers)",
+    )
 
 
 def _input_name(text: str, exc: BaseException, observer: Any) -> Cause | None:

@@ -225,6 +225,30 @@ class FamilyServer:
                 call_numbers=None if whole else family.indices,
                 cache_max_bytes=config.cache_max_bytes,
             )
+        if not graph.export.ok and self._model_fixes_inherited(family, sub, graph.export):
+            # the dims it inherits from other calls are fixed by the model for these calls
+            # (Mamba's prefill loops over its sequence): export them as observed, static
+            family.inherit_dynamic = False
+            sub = obs.subset(family.indices, inherit_dynamic=False)
+            self.observers[tuple(family.indices)] = sub
+            flags = _flags_for(sub, entry.set_batch_dimension_for)
+            first = graph.export
+            with self.phase("export"):
+                graph.export = export_model(
+                    entry,
+                    onnx_path,
+                    cache_dir=config.cache_dir,
+                    observer=sub,
+                    set_batch_dimension_for=flags,
+                    call_numbers=family.indices,
+                    cache_max_bytes=config.cache_max_bytes,
+                )
+            if graph.export.ok:
+                why = first.cause.summary if first.cause else first.error
+                graph.export.notes.append(
+                    f"{family.name}: exported with the sizes of its own calls, static: it "
+                    f"serves those sizes only (with the dims of the other graphs' calls: {why})"
+                )
         if not graph.export.ok:
             return graph, {}  # the graph entry holds the error and the calls it would serve
         shown = entry.name if self.single else f"{entry.name} [{family.name}]"
@@ -249,6 +273,19 @@ class FamilyServer:
         if config.probe:
             graph.probe = self.probe(sub, flags, session)
         return graph, rows
+
+    @staticmethod
+    def _model_fixes_inherited(family: Family, sub: InputObserver, export: ExportResult) -> bool:
+        """The export of a family failed because the model fixes a dim that varied only in
+        other families' calls (inherited dynamic): worth one export without them."""
+        from observer_ci.pipeline.causes import CONSTRAINT_VIOLATION
+
+        if not family.inherit_dynamic or export.cause is None:
+            return False
+        if export.cause.kind != CONSTRAINT_VIOLATION:
+            return False
+        own = sub.subset(list(range(sub.num_obs())), inherit_dynamic=False)
+        return own.dynamic_dims() != sub.dynamic_dims()
 
     def replay(
         self, family: Family, sub: InputObserver, flags: Any, session: Any, shown: str

@@ -36,6 +36,7 @@ from observer_ci.pipeline.causes import (
     explain_exception,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
+from observer_ci.pipeline.dropped_state import fail_dropped_state
 from observer_ci.pipeline.family_server import FamilyServer, stand_in_failures
 from observer_ci.pipeline.graph_warnings import graph_warnings
 from observer_ci.pipeline.phases import Phases
@@ -107,6 +108,7 @@ def process_model(
         return result
     if config.merge_decoders:
         add_merged_decoder(result, server)
+    fail_dropped_state(entry, result)  # a graph without its inputs' state is never ok
     decide(result)
     result.warnings = graph_warnings(result)
     total = sum(v for k, v in result.phase_seconds.items() if k != "script")
