@@ -445,6 +445,37 @@ def explain_ort_failure(
     return Cause(ORT_FAILURE, summary, None)
 
 
+_NO_KERNEL_RE = re.compile(
+    r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'"
+)
+
+
+def explain_missing_kernel(
+    text: str, dtype: str | None, provider: str = "CPUExecutionProvider"
+) -> Cause | None:
+    """onnxruntime has no kernel for an operator of the graph on ``provider`` (a float16
+    or bfloat16 graph on the CPU): which operator, which dtype, and a check that runs."""
+    m = _NO_KERNEL_RE.search(text)
+    if m is None:
+        return None
+    op, version, node = m.group(1), m.group(2), m.group(3)
+    if dtype is None:
+        return Cause(
+            ORT_FAILURE,
+            f"onnxruntime ({provider}) has no kernel for the {op}({version}) node {node!r} "
+            "with the element types of this graph",
+            f"cast the inputs of {op} to a type {provider} supports (float32) in the model",
+        )
+    return Cause(
+        ORT_FAILURE,
+        f"onnxruntime ({provider}) has no {dtype} kernel for {op} (node {node!r}): the model "
+        f"computes in {dtype}, so its graph does too, and this provider cannot run it",
+        f"check the model in float32: call `model.float()` in the observation script before "
+        f"observing (and pass float32 inputs); the {dtype} graph itself needs a provider "
+        f"with {dtype} kernels (e.g. CUDAExecutionProvider)",
+    )
+
+
 # -- probe ---------------------------------------------------------------------------
 
 

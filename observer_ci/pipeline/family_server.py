@@ -27,11 +27,13 @@ from observer_ci.observing.observer import InputObserver
 from observer_ci.observing.pytrees import register_if_imported
 from observer_ci.pipeline.causes import (
     explain_exception,
+    explain_missing_kernel,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.export import export_observed
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.pipeline.phases import Phases
+from observer_ci.pipeline.precision import low_precision_dtype
 from observer_ci.pipeline.probe import run_probe
 from observer_ci.pipeline.replay import make_session, replay_observation
 
@@ -256,7 +258,9 @@ class FamilyServer:
         try:
             session = make_session(onnx_path, threads=config.threads)
         except Exception as e:
-            error, cause = error_tail(e), explain_exception(e)
+            low = low_precision_dtype(entry.model, obs)
+            error = error_tail(e)
+            cause = explain_missing_kernel(str(e), low) or explain_exception(e)
             return graph, {
                 i: ObservationResult(
                     index=i, ok=False, family=family.name, error=error, cause=cause
