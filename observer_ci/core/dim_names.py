@@ -4,8 +4,10 @@ Dims whose sizes are equal in every observed call (where both inputs are present
 one dimension and get one name. Names come from roles: ``batch_size`` (dim 0),
 ``sequence_length`` (dim 1 of token inputs), ``past_sequence_length`` (the length axis of
 a cache), ``encoder_sequence_length`` / ``decoder_sequence_length`` (encoder-decoder
-models), ``A + B`` for a dim whose size is always the sum of two others (a mask spanning
-cache and new tokens); ``<input>_dim<i>`` where no role fits.
+models), ``conv_state`` / ``ssm_state`` (the non-batch axes of a state-space cache's
+convolution and recurrent states, when they vary), ``A + B`` for a dim whose size is
+always the sum of two others (a mask spanning cache and new tokens); ``<input>_dim<i>``
+where no role fits.
 
 Only the observer's public accessors are used (``num_obs``, ``leaf_names``,
 ``aligned_inputs``, ``dynamic_dims``); nothing here imports torch.
@@ -24,8 +26,10 @@ SEQUENCE = "sequence_length"
 PAST = "past_sequence_length"
 ENCODER = "encoder_sequence_length"
 DECODER = "decoder_sequence_length"
+CONV_STATE = "conv_state"  # a state-space / linear-attention cache's convolution window
+SSM_STATE = "ssm_state"  # its recurrent (SSM) state
 # A role wins over another when it comes first here.
-_ROLE_ORDER = (BATCH, PAST, ENCODER, DECODER, SEQUENCE)
+_ROLE_ORDER = (BATCH, PAST, ENCODER, DECODER, SEQUENCE, CONV_STATE, SSM_STATE)
 
 _TOKEN_INPUTS = {
     "input_ids",
@@ -37,6 +41,8 @@ _TOKEN_INPUTS = {
     "cache_position",
 }
 _ENCODER_INPUTS = {"encoder_outputs", "encoder_hidden_states", "encoder_attention_mask"}
+# Leaves of cache layers that are not key/value (observing/state_layers.py), by role.
+_STATE_MARKERS = (("conv_states", CONV_STATE), ("recurrent_states", SSM_STATE))
 # Torch's anonymous symbols (``s23``); unbacked ones (``u0``) are left alone.
 SYMBOL_RE = re.compile(r"\bs\d+\b")
 
@@ -132,6 +138,9 @@ def _role(cls: DimClass, names: list[str], seq2seq: bool) -> str | None:
 def _axis_role(leaf: str, dim: int, seq2seq: bool) -> str | None:
     if dim == 0:
         return BATCH
+    state = next((role for marker, role in _STATE_MARKERS if marker in leaf), None)
+    if state is not None:
+        return state
     if is_cache_input(leaf):
         if "cross_attention" in leaf:
             return ENCODER

@@ -226,6 +226,8 @@ class ModelResult:
     warnings: list[GraphWarning] = field(default_factory=list)
     paired_latency: PairedLatency | None = None  # set with ``baseline: base`` (paired.py)
     graphs: list[GraphResult] = field(default_factory=list)  # one per call family; [0] = export
+    # {"dtype", "abs_max", "rel_max"} when a float16/bfloat16 model is held to its dtype's
+    tolerance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def median_ort_latency_s(self) -> float | None:

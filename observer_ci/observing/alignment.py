@@ -275,12 +275,14 @@ def _check_same_structure(
 def _require_a_complete_call(
     slots: list[Slot], sources: list[list[str]], calls: Sequence[CallInputs]
 ) -> None:
-    """Refuses to invent a sample: one call must pass every input (``missing`` counts)."""
+    """Refuses to invent a sample: one call must pass every input (``missing`` and an
+    empty container count)."""
     if not slots:
         raise ObserverError(
             "no stored call passed a tensor: nothing to export (scalars and None are not inputs)"
         )
-    if any(all(s in (OBSERVED, MISSING) for s in row) for row in sources):
+    # an empty container (the prefill's cache) was passed: its tensors come later
+    if any(all(s in (OBSERVED, MISSING, EMPTY) for s in row) for row in sources):
         return
     names = [s.name for s in slots]
     shown = "; ".join(

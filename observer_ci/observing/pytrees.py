@@ -23,6 +23,11 @@ the graph inputs ``past_key_values_key_cache_{i}`` / ``past_key_values_value_cac
 the dynamic shapes of a ``DynamicCache`` argument are a list of two lists (keys, values),
 see :func:`cache_dynamic_shapes`.
 
+A cache holding any other layer type (Mamba's ``LinearAttentionLayer`` with convolution
+and recurrent states, hybrid and indexed layers, model-specific subclasses) is flattened
+by its layers' tensor attributes instead, one list per attribute
+(:mod:`observer_ci.observing.state_layers`); its ``keys`` / ``values`` keep the names above.
+
 Only layers whose tensors are initialised are flattened: transformers builds the cache of
 the first (prefill) step with lazily initialised layers (``keys is None``), which flattens
 to two empty lists. Use :func:`make_dynamic_cache` with tensors of sequence length 0 to get
@@ -35,6 +40,8 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from observer_ci.observing import state_layers
 
 __all__ = [
     "cache_dynamic_shapes",
@@ -71,11 +78,8 @@ def is_registered(cls: type) -> bool:
 
 def _layer_spec(layer: Any) -> tuple[str, int | None]:
     name = type(layer).__name__
-    if name not in _LAYER_CLASSES:
-        raise TypeError(
-            f"Cannot flatten a DynamicCache holding a {name} layer, "
-            f"only {', '.join(_LAYER_CLASSES)} are supported."
-        )
+    if name not in _LAYER_CLASSES:  # pragma: no cover - callers route other layers away
+        raise TypeError(f"{name} is not a key/value layer ({', '.join(_LAYER_CLASSES)})")
     return name, getattr(layer, "sliding_window", None)
 
 
@@ -89,7 +93,14 @@ def _initialized_layers(cache: Any) -> list[Any]:
     return layers
 
 
+def _key_value_only(cache: Any) -> bool:
+    """True when every layer is a plain or sliding key/value layer (the layout above)."""
+    return all(type(layer).__name__ in _LAYER_CLASSES for layer in cache.layers)
+
+
 def _flatten_dynamic_cache(cache: Any) -> tuple[list[Any], Any]:
+    if not _key_value_only(cache):
+        return state_layers.flatten_layers(cache.layers, _CACHE_KEYS)
     layers = _initialized_layers(cache)
     specs = tuple(_layer_spec(layer) for layer in layers)
     children = [[layer.keys for layer in layers], [layer.values for layer in layers]]
@@ -100,15 +111,20 @@ def _flatten_with_keys_dynamic_cache(cache: Any) -> tuple[list[tuple[Any, Any]],
     import torch.utils._pytree as pytree
 
     children, context = _flatten_dynamic_cache(cache)
-    keyed = [(pytree.MappingKey(k), c) for k, c in zip(_CACHE_KEYS, children, strict=True)]
+    keys = context[0]
+    keyed = [(pytree.MappingKey(k), c) for k, c in zip(keys, children, strict=True)]
     return keyed, context
 
 
 def _unflatten_dynamic_cache(values: Iterable[Any], context: Any) -> Any:
     from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
-    keys, vals = list(values)
+    if state_layers.is_state_context(context):
+        cache = DynamicCache()
+        cache.layers.extend(state_layers.unflatten_layers(list(values), context))
+        return cache
     _, specs = context
+    keys, vals = list(values)
     # No config: the cache keeps ``layer_class_to_replicate=DynamicLayer`` so that a model
     # can still append layers lazily when the flattened cache was empty.
     cache = DynamicCache()
@@ -161,11 +177,15 @@ def sliding_window_full(value: Any) -> bool:
 
 
 def _dynamic_cache_to_dumpable(context: Any) -> str:
+    if state_layers.is_state_context(context):
+        return state_layers.to_dumpable(context)
     keys, specs = context
     return json.dumps([list(keys), [list(s) for s in specs]])
 
 
 def _dynamic_cache_from_dumpable(dumped: str) -> Any:
+    if state_layers.is_state_dump(dumped):
+        return state_layers.from_dumpable(dumped)
     keys, specs = json.loads(dumped)
     return tuple(keys), tuple((s[0], s[1]) for s in specs)
 

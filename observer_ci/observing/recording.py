@@ -26,6 +26,8 @@ class Observation:
     outputs: Any = None
     latency_s: float | None = None
     empty: set[str] = field(default_factory=set)  # containers passed without any tensor
+    # name -> (its type, where it keeps tensors that flatten to no input: a dropped state)
+    hidden: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
 
 
 def positional_names(method: MethodSignature, n_args: int) -> list[str]:
@@ -49,6 +51,7 @@ def record_call(
     ``reference`` holds the first value seen per name: nested dicts of later calls are
     put in its key order.
     """
+    hidden = _hidden_state(MethodSignature.of(signature), args, kwargs)
     args_c = structure.clone_tree(tuple(args))
     kwargs_c = structure.clone_tree(dict(kwargs))
     params = signature.parameters
@@ -92,7 +95,27 @@ def record_call(
         ignored=ignored,
         positional_only=positional_only,
         empty=empty,
+        hidden=hidden,
     )
+
+
+def _hidden_state(
+    method: MethodSignature, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, tuple[str, list[str]]]:
+    """Per input, its type and the tensors it holds that its flattening leaves out (see
+    :func:`observer_ci.observing.state_layers.hidden_tensors`); read before cloning,
+    which keeps only the flattened tensors."""
+    from observer_ci.observing.state_layers import hidden_tensors
+
+    hidden: dict[str, tuple[str, list[str]]] = {}
+    items = list(zip(positional_names(method, len(args)), args)) + list(kwargs.items())
+    for name, value in items:
+        if value is None or isinstance(value, (torch.Tensor, *structure.SCALAR_TYPES)):
+            continue
+        found = hidden_tensors(value, pytree.tree_leaves(value), name)
+        if found:
+            hidden[name] = (type(value).__name__, found)
+    return hidden
 
 
 class _Default:

@@ -29,6 +29,7 @@ ORT_FAILURE = "ort_failure"
 PROBE_FAILURE = "probe_failure"
 SCRIPT_ERROR = "script_error"
 INPUT_NAME = "input_name"
+DROPPED_STATE = "dropped_state"
 UNKNOWN = "unknown"
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
@@ -286,6 +287,20 @@ def _dropped_cache(text: str, exc: BaseException, observer: Any) -> Cause | None
     return None
 
 
+def explain_dropped_state(name: str, holder: str, paths: Sequence[str]) -> Cause:
+    """An input holds tensors that became no graph input: the graph runs without them."""
+    return Cause(
+        DROPPED_STATE,
+        f"input {name!r} (a {holder}) keeps {len(paths)} tensor(s) that are no input of the "
+        f"graph: {listed(list(paths), 3)}; the export ran without them, so the graph does "
+        "not carry the model's state (a match on the observed calls proves nothing)",
+        f"pass that state as tensors, or register {holder} as a pytree before observing "
+        "(`torch.utils._pytree.register_pytree_node`); for a transformers cache, observe "
+        "with the default `DynamicCache` (observer-ci flattens its key/value, convolution "
+        "and recurrent layers)",
+    )
+
+
 def _input_name(text: str, exc: BaseException, observer: Any) -> Cause | None:
     """An input name torch.export writes into generated Python code, which it cannot be."""
     if observer is None or "SyntaxError" not in text or "<eval_with_key>" not in text:
@@ -428,6 +443,37 @@ def explain_ort_failure(
             f"`observe(..., missing={{{names[0]!r}: value}})` a value the model accepts",
         )
     return Cause(ORT_FAILURE, summary, None)
+
+
+_NO_KERNEL_RE = re.compile(
+    r"Could not find an implementation for (\w+)\((\d+)\) node with name '([^']*)'"
+)
+
+
+def explain_missing_kernel(
+    text: str, dtype: str | None, provider: str = "CPUExecutionProvider"
+) -> Cause | None:
+    """onnxruntime has no kernel for an operator of the graph on ``provider`` (a float16
+    or bfloat16 graph on the CPU): which operator, which dtype, and a check that runs."""
+    m = _NO_KERNEL_RE.search(text)
+    if m is None:
+        return None
+    op, version, node = m.group(1), m.group(2), m.group(3)
+    if dtype is None:
+        return Cause(
+            ORT_FAILURE,
+            f"onnxruntime ({provider}) has no kernel for the {op}({version}) node {node!r} "
+            "with the element types of this graph",
+            f"cast the inputs of {op} to a type {provider} supports (float32) in the model",
+        )
+    return Cause(
+        ORT_FAILURE,
+        f"onnxruntime ({provider}) has no {dtype} kernel for {op} (node {node!r}): the model "
+        f"computes in {dtype}, so its graph does too, and this provider cannot run it",
+        f"check the model in float32: call `model.float()` in the observation script before "
+        f"observing (and pass float32 inputs); the {dtype} graph itself needs a provider "
+        f"with {dtype} kernels (e.g. CUDAExecutionProvider)",
+    )
 
 
 # -- probe ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from observer_ci.core.errors import error_headline, error_tail
 from observer_ci.core.results import ExportResult
 from observer_ci.observing.observer import InputObserver
 from observer_ci.pipeline.causes import SAMPLE_INDEPENDENT, explain_exception
+from observer_ci.pipeline.experts import exportable_experts
 from observer_ci.pipeline.onnx_exporter import onnx_export
 from observer_ci.pipeline.torch_fixes import keyword_arguments_kept_bound
 
@@ -93,7 +94,8 @@ def export_observed(
     for index in candidates:
         try:
             inputs = observer.infer_arguments(index, as_args_kwargs=True)
-            program = _export_one(module, inputs, dynamic_shapes, opset)
+            with exportable_experts(model) as export_notes:
+                program = _export_one(module, inputs, dynamic_shapes, opset)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
             error = error_tail(e)
@@ -108,7 +110,7 @@ def export_observed(
             continue
         notes = _name_axes(onnx_path, observer, set_batch_dimension_for) if named_dims else []
         result = describe_onnx(onnx_path)
-        result.notes = notes
+        result.notes = export_notes + notes
         result.seconds = time.perf_counter() - begin
         result.sample_index = number(index)
         result.failed_samples = failures

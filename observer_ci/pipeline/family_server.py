@@ -28,10 +28,12 @@ from observer_ci.observing.pytrees import register_if_imported
 from observer_ci.pipeline.bundle import BUNDLE_MAX_BYTES
 from observer_ci.pipeline.causes import (
     explain_exception,
+    explain_missing_kernel,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.pipeline.phases import Phases
+from observer_ci.pipeline.precision import low_precision_dtype
 from observer_ci.pipeline.probe import run_probe
 from observer_ci.pipeline.replay import make_session, replay_observation
 from observer_ci.pipeline.variants import serve_variants, wanted
@@ -270,6 +272,30 @@ class FamilyServer:
                 call_numbers=None if whole else family.indices,
                 cache_max_bytes=config.cache_max_bytes,
             )
+        if not graph.export.ok and self._model_fixes_inherited(family, sub, graph.export):
+            # the dims it inherits from other calls are fixed by the model for these calls
+            # (Mamba's prefill loops over its sequence): export them as observed, static
+            family.inherit_dynamic = False
+            sub = obs.subset(family.indices, inherit_dynamic=False)
+            self.observers[tuple(family.indices)] = sub
+            flags = _flags_for(sub, entry.set_batch_dimension_for)
+            first = graph.export
+            with self.phase("export"):
+                graph.export = export_model(
+                    entry,
+                    onnx_path,
+                    cache_dir=config.cache_dir,
+                    observer=sub,
+                    set_batch_dimension_for=flags,
+                    call_numbers=family.indices,
+                    cache_max_bytes=config.cache_max_bytes,
+                )
+            if graph.export.ok:
+                why = first.cause.summary if first.cause else first.error
+                graph.export.notes.append(
+                    f"{family.name}: exported with the sizes of its own calls, static: it "
+                    f"serves those sizes only (with the dims of the other graphs' calls: {why})"
+                )
         if not graph.export.ok:
             return graph, {}  # the graph entry holds the error and the calls it would serve
         shown = entry.name if self.single else f"{entry.name} [{family.name}]"
@@ -277,7 +303,9 @@ class FamilyServer:
         try:
             session = make_session(onnx_path, threads=config.threads)
         except Exception as e:
-            error, cause = error_tail(e), explain_exception(e)
+            low = low_precision_dtype(entry.model, obs)
+            error = error_tail(e)
+            cause = explain_missing_kernel(str(e), low) or explain_exception(e)
             return graph, {
                 i: ObservationResult(
                     index=i, ok=False, family=family.name, error=error, cause=cause
@@ -300,6 +328,19 @@ class FamilyServer:
                     entry, config, sub, flags, session, graph, rows, onnx_path, progress
                 )
         return graph, rows
+
+    @staticmethod
+    def _model_fixes_inherited(family: Family, sub: InputObserver, export: ExportResult) -> bool:
+        """The export of a family failed because the model fixes a dim that varied only in
+        other families' calls (inherited dynamic): worth one export without them."""
+        from observer_ci.pipeline.causes import CONSTRAINT_VIOLATION
+
+        if not family.inherit_dynamic or export.cause is None:
+            return False
+        if export.cause.kind != CONSTRAINT_VIOLATION:
+            return False
+        own = sub.subset(list(range(sub.num_obs())), inherit_dynamic=False)
+        return own.dynamic_dims() != sub.dynamic_dims()
 
     def replay(
         self, family: Family, sub: InputObserver, flags: Any, session: Any, shown: str

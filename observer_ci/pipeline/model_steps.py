@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ from observer_ci.core.results import (
     ObservationResult,
     max_or_none,
 )
+from observer_ci.core.tolerances import dtype_tolerance
 from observer_ci.observing import registry
 from observer_ci.observing.families import (
     ROLE_DECODER,
@@ -36,9 +38,11 @@ from observer_ci.pipeline.causes import (
     explain_exception,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
+from observer_ci.pipeline.dropped_state import fail_dropped_state
 from observer_ci.pipeline.family_server import FamilyServer, stand_in_failures
 from observer_ci.pipeline.graph_warnings import graph_warnings
 from observer_ci.pipeline.phases import Phases
+from observer_ci.pipeline.precision import low_precision_dtype
 
 _TRAINING_SENSITIVE = (
     torch.nn.modules.dropout._DropoutNd,
@@ -97,6 +101,7 @@ def process_model(
     with phase("infer"):
         if not infer_inputs(entry, result, progress):
             return result
+    config = held_to_dtype(entry, result, config)
     families = plan(entry, result)
     if families is None:
         return result
@@ -107,6 +112,7 @@ def process_model(
         return result
     if config.merge_decoders:
         add_merged_decoder(result, server)
+    fail_dropped_state(entry, result)  # a graph without its inputs' state is never ok
     decide(result)
     result.warnings = graph_warnings(result)
     total = sum(v for k, v in result.phase_seconds.items() if k != "script")
@@ -131,6 +137,24 @@ def infer_inputs(entry: registry.ObservedModel, result: ModelResult, progress: P
         progress(f"{entry.name}: cannot infer export inputs: {result.error}")
         return False
     return True
+
+
+def held_to_dtype(
+    entry: registry.ObservedModel, result: ModelResult, config: RunConfig
+) -> RunConfig:
+    """A float16 / bfloat16 model's calls are compared at its dtype's tolerances
+    (``core/tolerances.py``), recorded in the result and stated in a note."""
+    dtype = low_precision_dtype(entry.model, entry.observer)
+    tolerance = dtype_tolerance(dtype, config.atol, config.rtol)
+    if not tolerance:
+        return config
+    result.tolerance = tolerance
+    result.notes.append(
+        f"the model computes in {dtype}: its calls are compared at abs_max "
+        f"{tolerance['abs_max']:g} and rel_max {tolerance['rel_max']:g} ({dtype}'s floor; "
+        f"float32 models: {config.atol:g} and {config.rtol:g})"
+    )
+    return dataclasses.replace(config, atol=tolerance["abs_max"], rtol=tolerance["rel_max"])
 
 
 def plan(entry: registry.ObservedModel, result: ModelResult) -> list[Family] | None:

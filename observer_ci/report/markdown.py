@@ -507,11 +507,10 @@ def _export_cell(
         return NONE
     if not export.ok:
         return "❌ failed"
-    old_ok = old is not None and old.ok
     text = format_seconds(export.seconds)  # its change against base is in the details
     if export.node_count is not None:
         text += f" · {plural(export.node_count, 'node') if nodes_word else export.node_count}"
-        if old_ok and old.node_count is not None:
+        if old is not None and old.ok and old.node_count is not None:
             text += f" ({export.node_count - old.node_count:+d})"
     return text
 

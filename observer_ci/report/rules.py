@@ -31,6 +31,7 @@ from observer_ci.core.results import (
     VariantResult,
     max_or_none,
 )
+from observer_ci.core.tolerances import limit_for
 from observer_ci.core.variants import (
     CPU,
     FLOAT32,
@@ -394,7 +395,8 @@ def _discrepancy(
     head: ModelResult, base: ModelResult | None, th: Thresholds, fail_on: set[str]
 ) -> list[Regression]:
     found = []
-    for metric, limit in (("abs", th.abs_max), ("rel", th.rel_max)):
+    for metric, configured in (("abs", th.abs_max), ("rel", th.rel_max)):
+        limit = limit_for(head.tolerance, metric, configured)  # a float16 model's are larger
         value = worst_error(head, metric)
         if not _exceeds(value, limit):
             continue
