@@ -6,7 +6,12 @@ with an empty cache (``decoder_model``); the decode steps pass the cache only
 """
 
 import torch
-from transformers import GemmaConfig, PaliGemmaConfig, PaliGemmaForConditionalGeneration, SiglipVisionConfig
+from transformers import (
+    GemmaConfig,
+    PaliGemmaConfig,
+    PaliGemmaForConditionalGeneration,
+    SiglipVisionConfig,
+)
 
 import observer_ci
 

@@ -2,7 +2,7 @@
 
 The prefill passes flattened patches (``pixel_values``: patches x channels*patch area) and
 ``image_grid_thw`` (one (t, h, w) row per image); the positions are 3-D (M-RoPE). The
-decode steps pass the cache only.
+decode steps pass the cache (and the grid) only.
 """
 
 import torch
@@ -49,16 +49,28 @@ rows = []
 for _ in range(2):
     text = torch.randint(3, 96, (4,))
     image = torch.full((tokens_per_image,), IMAGE_TOKEN)
-    rows.append(torch.cat([text[:1], torch.tensor([VISION_START]), image, torch.tensor([VISION_END]), text[1:]]))
+    rows.append(
+        torch.cat(
+            [text[:1], torch.tensor([VISION_START]), image, torch.tensor([VISION_END]), text[1:]]
+        )
+    )
 input_ids = torch.stack(rows)
 pixel_values = torch.randn(int(grid.prod(-1).sum()), patch_dim)
+generate = dict(
+    attention_mask=torch.ones_like(input_ids),
+    pixel_values=pixel_values,
+    image_grid_thw=grid,
+    max_new_tokens=4,
+    min_new_tokens=4,
+    do_sample=False,
+)
+# The whole model: the decode steps export (decoder_with_past_model); the image prefill
+# cannot (its vision code sizes tensors from the values of image_grid_thw): the row says
+# so and what to do instead, which is the second observation.
 with torch.no_grad(), observer_ci.observe(model, name="qwen2_vl_image_text", store_n_calls=4):
-    model.generate(
-        input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        pixel_values=pixel_values,
-        image_grid_thw=grid,
-        max_new_tokens=4,
-        min_new_tokens=4,
-        do_sample=False,
-    )
+    model.generate(input_ids, **generate)
+# The language model it calls, fed inputs_embeds and the 3-D positions computed in torch:
+# one graph for the prefill and the decode steps.
+language_model = model.model.language_model
+with torch.no_grad(), observer_ci.observe(language_model, name="qwen2_vl_language_model"):
+    model.generate(input_ids, **generate)

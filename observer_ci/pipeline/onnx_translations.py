@@ -23,15 +23,16 @@ from onnx import TensorProto
 def _is_all_true(self):  # noqa: ANN001, ANN202 - traced by onnxscript
     from onnxscript import opset18 as op
 
-    as_int = op.Cast(self, to=TensorProto.INT64)
-    return op.Cast(op.ReduceMin(as_int, keepdims=0), to=TensorProto.BOOL)
+    # counts, not ReduceMin/ReduceMax: onnxruntime's max of nothing is not False
+    falses = op.ReduceSum(op.Cast(op.Not(self), to=TensorProto.INT64), keepdims=0)
+    return op.Equal(falses, op.Constant(value_int=0))
 
 
 def _is_any_true(self):  # noqa: ANN001, ANN202 - traced by onnxscript
     from onnxscript import opset18 as op
 
-    as_int = op.Cast(self, to=TensorProto.INT64)
-    return op.Cast(op.ReduceMax(as_int, keepdims=0), to=TensorProto.BOOL)
+    trues = op.ReduceSum(op.Cast(self, to=TensorProto.INT64), keepdims=0)
+    return op.Greater(trues, op.Constant(value_int=0))
 
 
 @functools.lru_cache(maxsize=1)
