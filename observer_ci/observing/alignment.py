@@ -275,8 +275,8 @@ def _check_same_structure(
 def _require_a_complete_call(
     slots: list[Slot], sources: list[list[str]], calls: Sequence[CallInputs]
 ) -> None:
-    """Refuses to invent a sample: one call must pass every input (``missing`` and an
-    empty container count)."""
+    """Refuses to invent a sample: one call must pass every input (``missing`` counts, and
+    so does an empty container: the prefill's empty cache is what that call passed)."""
     if not slots:
         raise ObserverError(
             "no stored call passed a tensor: nothing to export (scalars and None are not inputs)"
@@ -353,6 +353,40 @@ def _dynamic_dims(layout: Layout, inherited: dict[str, list[int]]) -> list[list[
         }
         dims.append(sorted(varied))
     return dims
+
+
+def tied_sparse_dims(layout: Layout) -> list[list[int]]:
+    """The dynamic dims a call family inherits (see ``InputObserver.subset``).
+
+    An input only some calls passed (``token_type_ids`` in the prefill of an image-text
+    ``generate()``) never had a chance to vary: its dim ``d`` is dynamic where another
+    input's dim ``d`` is and the other input had the same size (at least 2) in every call
+    that passed this one (``missing=`` values are shape hints, not observations)."""
+    dims = layout.dynamic
+    sources = [layout.leaf_sources(i) for i in range(len(layout.flat))]
+    tied = [list(d) for d in dims]
+    for j in range(len(dims)):
+        if all(src[j] == OBSERVED for src in sources):
+            continue
+        rank = layout.leaf_rank(j)
+        for d in range(rank):
+            if d in dims[j]:
+                continue
+            for k, partner in enumerate(dims):
+                if k == j or d not in partner:
+                    continue
+                observed = [
+                    (f[j], f[k], src[k] == OBSERVED)
+                    for f, src in zip(layout.flat, sources)
+                    if f[j] is not None and src[j] == OBSERVED
+                ]
+                if observed and all(
+                    with_k and b is not None and a.shape[d] == b.shape[d] >= 2
+                    for a, b, with_k in observed
+                ):
+                    tied[j] = sorted({*tied[j], d})
+                    break
+    return tied
 
 
 def _check_one(

@@ -36,17 +36,27 @@ class Family:
     absent: list[str] = field(default_factory=list)  # inputs these calls did not pass
     role: str = ""  # its name when the cache inputs do not tell one (ROLE_WINDOW_FULL)
     inherit_dynamic: bool = True  # False: the model fixes sizes that varied in other calls
+    without_missing: bool = False  # its graph does not take the inputs fed from missing=
 
 
 def stand_ins(
     observer: InputObserver, index: int, dynamic: list[list[int]]
 ) -> tuple[list[str], list[str]]:
-    """``(empty, made_up)``: absent inputs of one call fed as 0-length tensors / zeros."""
+    """``(empty, made_up)``: absent inputs of one call fed as 0-length tensors / zeros.
+
+    A value from ``missing=`` stands in for an input the call did not pass as well (the
+    reference's meaning: it shapes the export, the model never ran on it): empty where
+    it is 0-length on a dim past the batch, made up otherwise.
+    """
     names = observer.leaf_names()
+    fed = set(observer.fed_missing(index))
     empty, made_up = [], []
     for name, t, dims in zip(names, observer.aligned_inputs(index), dynamic):
         if t is None:
             (empty if has_empty_form(dims) else made_up).append(name)
+        elif name in fed:
+            is_empty = any(t.shape[d] == 0 for d in dims if d > 0)
+            (empty if is_empty else made_up).append(name)
     return empty, made_up
 
 
@@ -76,7 +86,7 @@ def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) 
         return [Family(ROLE_SINGLE, main)]
     families = []
     if main:
-        families.append(Family("", main))
+        families.append(Family("", main, absent=_absent_in_all(observer, main)))
     if full_window:
         reason = (
             "in these calls a sliding-window cache layer has reached its window while a "
@@ -89,13 +99,26 @@ def plan_families(observer: InputObserver, set_batch_dimension_for: Any = None) 
     for absent, indices in apart.items():
         made_up = made_up_of[absent]
         one = len(made_up) == 1
-        reason = (
-            f"these calls did not pass {listed(absent, 2)}; {listed(made_up, 2)} "
-            f"{'has' if one else 'have'} no empty form (no dim but the batch varied): a graph "
-            f"taking {'it' if one else 'them'} would run on made-up values"
-        )
-        families.append(Family("", indices, reason=reason, absent=list(absent)))
+        fed = _fed_missing(observer, indices)
+        if fed:
+            reason = (
+                f"these calls did not pass {listed(absent, 2)}; the value given in missing= for "
+                f"{listed(fed, 2)} only shapes the export (the model never ran on it): their "
+                "graph does not take it"
+            )
+        else:
+            reason = (
+                f"these calls did not pass {listed(absent, 2)}; {listed(made_up, 2)} "
+                f"{'has' if one else 'have'} no empty form (no dim but the batch varied): a "
+                f"graph taking {'it' if one else 'them'} would run on made-up values"
+            )
+        family = Family("", indices, reason=reason, absent=list(absent), without_missing=bool(fed))
+        families.append(family)
     return name_families(families)
+
+
+def _fed_missing(observer: InputObserver, indices: list[int]) -> list[str]:
+    return sorted({n for i in indices for n in observer.fed_missing(i)})
 
 
 def split_family(
@@ -114,7 +137,8 @@ def split_family(
             f"these calls did not pass {listed(absent, 2)} and did not match torch on the shared "
             "graph with empty stand-ins: the model treats absent and empty differently"
         )
-        out.append(Family("", indices, reason=reason, absent=list(absent)))
+        fed = bool(_fed_missing(observer, indices))
+        out.append(Family("", indices, reason=reason, absent=list(absent), without_missing=fed))
     return out
 
 
@@ -144,6 +168,13 @@ def name_families(families: list[Family]) -> list[Family]:
         taken.add(name)
         family.name = name
     return families
+
+
+def _absent_in_all(observer: InputObserver, indices: list[int]) -> list[str]:
+    """Inputs none of these calls passed (a prefill family's empty cache): they name it."""
+    names = observer.leaf_names()
+    rows = [observer.aligned_inputs(i) for i in indices]
+    return [n for j, n in enumerate(names) if all(row[j] is None for row in rows)]
 
 
 def _window_full(observer: InputObserver, index: int) -> bool:

@@ -219,14 +219,21 @@ class InputObserver:
         self._layout_cache = (key, layout)
         return layout
 
-    def subset(self, indices: list[int], *, inherit_dynamic: bool = True) -> InputObserver:
+    def subset(
+        self, indices: list[int], *, inherit_dynamic: bool = True, without_missing: bool = False
+    ) -> InputObserver:
         """A new observer holding only the stored calls at ``indices`` (one call family).
 
+        ``without_missing``: the ``missing=`` values are left out, so the inputs these
+        calls did not pass are not inputs of the family's graph.
+
         Dims dynamic across all calls stay dynamic in the subset where its sizes allow
-        (unless ``inherit_dynamic`` is False: a family whose sizes the model fixes).
+        (unless ``inherit_dynamic`` is False: a family whose sizes the model fixes), and so
+        do dims of inputs only some calls passed that follow a dynamic dim
+        (:func:`~observer_ci.observing.alignment.tied_sparse_dims`).
         """
-        parent_dims = dict(zip(self.leaf_names(), self._layout().dynamic))
-        sub = InputObserver(missing=self.missing)
+        parent_dims = dict(zip(self.leaf_names(), alignment.tied_sparse_dims(self._layout())))
+        sub = InputObserver(missing=None if without_missing else self.missing)
         sub.signature = self.signature
         sub._reference = self._reference
         sub._removed = set(self._removed)
@@ -392,6 +399,12 @@ class InputObserver:
     def aligned_inputs(self, index: int) -> list[torch.Tensor | None]:
         """Flattened inputs of one stored call in export order, None where absent."""
         return list(self._layout().flat[index])
+
+    def fed_missing(self, index: int) -> list[str]:
+        """Flattened inputs one stored call did not pass, taken from ``missing=``."""
+        layout = self._layout()
+        sources = layout.leaf_sources(index)
+        return [n for n, src in zip(layout.leaf_names, sources) if src == alignment.MISSING]
 
     def leaf_names(self) -> list[str]:
         """Names of the flattened inputs, in export order."""

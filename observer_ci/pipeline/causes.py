@@ -153,6 +153,7 @@ def explain_exception(exc: BaseException, *, observer: Any = None) -> Cause:
     frame = user_frame(exc)
     classifiers = (
         _dropped_cache,
+        _image_grid_values,
         _data_dependent,
         _unsupported_op,
         _unregistered_type,
@@ -176,9 +177,43 @@ def explain_script_error(exc: BaseException) -> Cause:
     return cause
 
 
+_DATA_DEPENDENT_MARKERS = (
+    "GuardOnDataDependentSymNode",
+    "data-dependent expression",
+    "data dependent",
+)
+# transformers code that sizes tensors from the values of an image grid input (Qwen2-VL,
+# Qwen2.5-VL, GLM-4V: ``image_grid_thw``) or from where the image tokens sit in the prompt
+_IMAGE_GRID_CODE = ("vision_utils.py", "get_vision_position_ids", "get_rope_index", "grid_thw")
+
+
+def _image_grid_values(text: str, exc: BaseException, observer: Any) -> Cause | None:
+    if not any(m in text for m in _DATA_DEPENDENT_MARKERS):
+        return None
+    if not any(m in text for m in _IMAGE_GRID_CODE):
+        return None
+    names = []
+    if observer is not None:
+        try:
+            names = sorted({n for n in observer.leaf_names() if "grid_thw" in n})
+        except Exception:
+            names = []
+    grid = " and ".join(f"`{n}`" for n in names) or "the image grid (`image_grid_thw`)"
+    return Cause(
+        DATA_DEPENDENT,
+        f"the vision code reads the values of {grid} (`.tolist()` / `.item()` in "
+        "transformers' vision position ids and 3-D RoPE index) and the token layout of the "
+        "prompt to size its tensors: torch.export records shapes, not values, so the image "
+        "prefill has no graph (the decode steps export)",
+        "observe the language model the multimodal model calls, around the same "
+        "generate(): `observer_ci.observe(model.model.language_model, name=...)`; it takes "
+        "the `inputs_embeds` and 3-D `position_ids` the vision code computed in torch and "
+        "exports, prefill and decode (examples/families/qwen2_vl_image_text.py)",
+    )
+
+
 def _data_dependent(text: str, exc: BaseException, observer: Any) -> Cause | None:
-    markers = ("GuardOnDataDependentSymNode", "data-dependent expression", "data dependent")
-    if not any(m in text for m in markers):
+    if not any(m in text for m in _DATA_DEPENDENT_MARKERS):
         return None
     return Cause(
         DATA_DEPENDENT,

@@ -20,6 +20,7 @@ from observer_ci.core.results import ExportResult
 from observer_ci.observing.observer import InputObserver
 from observer_ci.pipeline.causes import SAMPLE_INDEPENDENT, explain_exception
 from observer_ci.pipeline.experts import exportable_experts
+from observer_ci.pipeline.export_patches import export_patches
 from observer_ci.pipeline.onnx_exporter import onnx_export
 from observer_ci.pipeline.torch_fixes import keyword_arguments_kept_bound
 
@@ -91,11 +92,12 @@ def export_observed(
             cause=explain_exception(e, observer=observer),
         )
     seen_errors: set[str] = set()
+    patched: list[str] = []  # export_patches applied
     for index in candidates:
         try:
             inputs = observer.infer_arguments(index, as_args_kwargs=True)
             with exportable_experts(model) as export_notes:
-                program = _export_one(module, inputs, dynamic_shapes, opset)
+                program = _export_one(module, inputs, dynamic_shapes, opset, patched)
             program.save(str(onnx_path), external_data=_needs_external_data(program))
         except Exception as e:
             error = error_tail(e)
@@ -110,6 +112,11 @@ def export_observed(
             continue
         notes = _name_axes(onnx_path, observer, set_batch_dimension_for) if named_dims else []
         result = describe_onnx(onnx_path)
+        if patched:
+            notes.append(
+                f"exported with observer-ci's export patches {sorted(set(patched))} "
+                "(see the README); every call is checked against the unpatched model"
+            )
         result.notes = export_notes + notes
         result.seconds = time.perf_counter() - begin
         result.sample_index = number(index)
@@ -142,10 +149,23 @@ def _error_key(error: str) -> str:
     return re.sub(r"\d+", "#", error_headline(error))
 
 
-def _export_one(module: torch.nn.Module, inputs: Any, dynamic_shapes: Any, opset: int) -> Any:
+def _export_one(
+    module: torch.nn.Module,
+    inputs: Any,
+    dynamic_shapes: Any,
+    opset: int,
+    patched: list[str] | None = None,
+) -> Any:
     args, kwargs = inputs  # (args, kwargs): InputObserver.infer_arguments(as_args_kwargs=True)
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), torch.no_grad(), keyword_arguments_kept_bound():
+    with (
+        contextlib.redirect_stdout(sink),
+        torch.no_grad(),
+        keyword_arguments_kept_bound(),
+        export_patches(module) as applied,
+    ):
+        if patched is not None:
+            patched.extend(applied)
         return onnx_export(module, args, kwargs, dynamic_shapes, opset)
 
 

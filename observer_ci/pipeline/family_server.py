@@ -253,9 +253,15 @@ class FamilyServer:
         """Exports ``family``'s graph, replays its calls on it and probes it."""
         entry, config, progress = self.entry, self.config, self.progress
         obs = entry.observer
-        whole = family.indices == list(range(obs.num_obs()))
+        whole = family.indices == list(range(obs.num_obs())) and not family.without_missing
         inherit = family.inherit_dynamic
-        sub = obs if whole else obs.subset(family.indices, inherit_dynamic=inherit)
+        sub = (
+            obs
+            if whole
+            else obs.subset(
+                family.indices, inherit_dynamic=inherit, without_missing=family.without_missing
+            )
+        )
         self.observers[tuple(family.indices)] = sub
         flags = _flags_for(sub, entry.set_batch_dimension_for)
         graph = GraphResult(
@@ -457,6 +463,8 @@ class FamilyServer:
             return None
         if not all(g.export is not None and g.export.ok for g in (past, first)):
             return None
+        if set(first.export.input_names) - set(past.export.input_names):
+            return None  # a prefill taking image inputs the decode steps never pass
         from observer_ci.pipeline.diff import flatten_outputs, max_diff
         from observer_ci.pipeline.export import describe_onnx
         from observer_ci.pipeline.merged_decoder import MERGED_NAME, merge_decoders, merged_feeds

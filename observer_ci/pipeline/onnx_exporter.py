@@ -15,17 +15,23 @@ from typing import Any
 
 import torch
 
+from observer_ci.pipeline.onnx_translations import translation_table
+
 _RENAME_GIVEN_UP = ".*different number of inputs than the flatten dynamic_shapes"
 
 
 @functools.lru_cache(maxsize=4)
 def onnx_registry(opset: int) -> Any:
-    """The torchlib registry for ``opset`` (the exporter's lowest supported one at least)."""
+    """The torchlib registry for ``opset`` (the exporter's lowest supported one at least),
+    with the translations of :mod:`observer_ci.pipeline.onnx_translations`."""
     from torch.onnx._internal.exporter import _constants, _registration
 
-    return _registration.ONNXRegistry.from_torchlib(
+    registry = _registration.ONNXRegistry.from_torchlib(
         opset_version=max(opset, _constants.TORCHLIB_OPSET)
     )
+    for target, function in translation_table().items():
+        registry.register_op(target, function)
+    return registry
 
 
 def onnx_export(
@@ -48,6 +54,7 @@ def onnx_export(
             dynamic_shapes=dynamic_shapes,
             dynamo=True,
             opset_version=opset,
+            custom_translation_table=translation_table(),
             external_data=False,
             verbose=False,
         )

@@ -86,8 +86,18 @@ def _like(t: torch.Tensor, shape: list[int], generator: torch.Generator) -> torc
         start = int(t.reshape(-1, t.shape[-1])[0, 0])
         row = torch.arange(start, start + shape[-1], dtype=t.dtype)
         return row.expand(*shape).clone()
-    low, high = int(t.min()), int(t.max())
-    return torch.randint(low, high + 1, shape, generator=generator, dtype=torch.int64).to(t.dtype)
+    return _edge_extended(t, shape)
+
+
+def _edge_extended(t: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    """Integer inputs (token ids, masks, image grids) keep their values, cut or extended
+    by repeating the last entry of each dim: random ids would change how many image
+    tokens a prompt has, which a vision-language model checks against its image."""
+    out = t
+    for d, size in enumerate(shape):
+        index = torch.arange(size).clamp(max=t.shape[d] - 1)
+        out = out.index_select(d, index)
+    return out.clone()
 
 
 def _is_arange(t: torch.Tensor) -> bool:

@@ -1,0 +1,91 @@
+"""Patches that help ``torch.export`` through multimodal model code, applied only while
+observer-ci exports (:func:`export_patches`), never while the model runs in torch.
+
+The replay compares every observed call of the unpatched model with the graph exported
+under the patches, so a patch that changed what the model computes would show up as a
+discrepancy. Each patch is found by what it fixes, not by a model name:
+
+- ``list(image_features)`` over the images of a batch (LLaVA's ``get_image_features``):
+  iterating a tensor specialises its first dim, so ``pixel_values`` dim 0 (the number of
+  images) was baked into the graph. While exporting, the projector's output is seen as one
+  image of all the patches (``(1, images * patches, hidden)``): ``torch.cat`` of that
+  one-element list is the same tensor as ``torch.cat`` of one element per image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+LIST_OF_IMAGES = "image_features = list(image_features)"
+
+
+def _source(function: Callable) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _one_image_of_all_patches(module: Any, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
+    return output.reshape(1, -1, output.shape[-1])
+
+
+def _get_image_features_as_one_list(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def get_image_features(self: Any, *args: Any, **kwargs: Any) -> Any:
+        projector = getattr(self, "multi_modal_projector", None)
+        if kwargs.get("image_sizes") is not None or not isinstance(projector, torch.nn.Module):
+            return original(self, *args, **kwargs)  # split by image sizes: left as is
+        handle = projector.register_forward_hook(_one_image_of_all_patches)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            handle.remove()
+
+    return get_image_features
+
+
+def _list_of_images_classes(model: torch.nn.Module) -> list[type]:
+    classes = []
+    for module in model.modules():
+        cls = type(module)
+        method = getattr(cls, "get_image_features", None)
+        if method is None or cls in classes or not hasattr(module, "multi_modal_projector"):
+            continue
+        if LIST_OF_IMAGES in _source(method):
+            classes.append(cls)
+    return classes
+
+
+def applicable_patches(model: Any) -> list[tuple[type, str, Callable]]:
+    """``(class, attribute, replacement)`` for every patch the model's code needs."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return [
+        (cls, "get_image_features", _get_image_features_as_one_list(cls.get_image_features))
+        for cls in _list_of_images_classes(model)
+    ]
+
+
+@contextlib.contextmanager
+def export_patches(model: Any) -> Iterator[list[str]]:
+    """While the block runs, the patches ``model`` needs are in place; yields their names
+    (``LlavaModel.get_image_features``) and restores every attribute on exit."""
+    patches = applicable_patches(model)
+    saved = [(cls, name, cls.__dict__.get(name)) for cls, name, _ in patches]
+    try:
+        for cls, name, replacement in patches:
+            setattr(cls, name, replacement)
+        yield [f"{cls.__name__}.{name}" for cls, name, _ in patches]
+    finally:
+        for cls, name, original in saved:
+            if original is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, original)
