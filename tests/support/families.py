@@ -7,6 +7,7 @@ from pathlib import Path
 
 from observer_ci.core.results import STATUS_OK, ModelResult
 from observer_ci.pipeline.config import RunConfig
+from observer_ci.pipeline.family_server import MEDIA_INPUT_MARKERS
 from observer_ci.pipeline.merged_decoder import MERGED_NAME
 from observer_ci.pipeline.scripts import run_scripts
 
@@ -40,9 +41,15 @@ def assert_served_and_probed(model: ModelResult) -> None:
         )
     merged = [g for g in model.graphs if g.name == MERGED_NAME]
     by_name = {g.name: g for g in families}
-    if set(by_name) == {"decoder_model", "decoder_with_past_model"} and set(
-        by_name["decoder_model"].export.input_names
-    ) <= set(by_name["decoder_with_past_model"].export.input_names):
+    pair = set(by_name) == {"decoder_model", "decoder_with_past_model"}
+    only_first = (
+        set(by_name["decoder_model"].export.input_names)
+        - set(by_name["decoder_with_past_model"].export.input_names)
+        if pair
+        else set()
+    )
+    media = any(m in name for name in only_first for m in MEDIA_INPUT_MARKERS)
+    if pair and not media:
         # a decoder and a decoder with past: one merged file as well (not when the first
         # step takes inputs the others never pass: a vision-language prefill's image)
         assert [g.name for g in merged] == [MERGED_NAME], [g.name for g in model.graphs]
