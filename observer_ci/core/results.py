@@ -18,9 +18,10 @@ from typing import Any
 
 from observer_ci.core.exceptions import ResultsSchemaError
 
-SCHEMA_VERSION = 2
-# Versions ``from_dict`` reads: 2 added ``GraphResult.variants`` (older files have none).
-READABLE_SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+# Versions ``from_dict`` reads: 2 added ``GraphResult.variants`` (older files have none);
+# 3 adds optional fields with defaults (older files load with those defaults):
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
 STATUS_OK = "ok"
