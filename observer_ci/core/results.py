@@ -21,6 +21,7 @@ from observer_ci.core.exceptions import ResultsSchemaError
 SCHEMA_VERSION = 3
 # Versions ``from_dict`` reads: 2 added ``GraphResult.variants`` (older files have none);
 # 3 adds optional fields with defaults (older files load with those defaults):
+#   ModelResult.diagnosis / GraphResult.diagnosis (why a graph disagrees, issue 19);
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
@@ -192,6 +193,38 @@ class VariantResult:
 
 
 @dataclass
+class FirstDivergence:
+    """The earliest module (in execution order) whose output parts from torch's while its
+    inputs agree, located by comparing intermediate values (``pipeline/divergence.py``)."""
+
+    module: str  # module path, "encoder.layers.1.self_attn"; "" for the root module
+    module_class: str = ""  # "MultiheadAttention"
+    onnx_ops: list[str] = field(default_factory=list)  # op types where the values first part
+    onnx_nodes: list[str] = field(default_factory=list)  # the node names there
+    abs: float | None = None  # the error at the module's output
+    source: str | None = None  # "file.py:12: code" of the forward line that produced it
+    known_case: str | None = None  # core.constants key: topk_ties, nonzero_order, rounding...
+    next_step: str | None = None
+    call_index: int | None = None  # the observed call compared (None for the probe)
+    where: str = "replay"  # "replay" or "probe" (an unseen size)
+
+
+@dataclass
+class Diagnosis:
+    """Why a graph disagrees with torch, found only for a model over its tolerance."""
+
+    torch_reproducible: bool | None = None  # eager torch re-run reproduces its own outputs
+    torch_reason: str | None = None  # why not: training mode, random ops, module state...
+    mask_input: str | None = None  # the mask input the error was split by
+    valid_abs: float | None = None  # worst error over positions the mask keeps
+    masked_abs: float | None = None  # worst error over positions the mask drops
+    first_divergence: FirstDivergence | None = None
+    probe_divergence: FirstDivergence | None = None  # the same at the probe's unseen size
+    seconds: float | None = None  # what the diagnosis cost
+    notes: list[str] = field(default_factory=list)  # what could not be checked, and why
+
+
+@dataclass
 class GraphResult:
     """One exported graph and the family of observed calls it serves."""
 
@@ -204,6 +237,7 @@ class GraphResult:
     rel: float | None = None
     success: bool | None = None  # every call replayed on it within the tolerances
     variants: list[VariantResult] = field(default_factory=list)  # with ``variants``/``providers``
+    diagnosis: Diagnosis | None = None  # set only when this graph's calls exceed the tolerance
 
 
 @dataclass
@@ -229,6 +263,7 @@ class ModelResult:
     graphs: list[GraphResult] = field(default_factory=list)  # one per call family; [0] = export
     # {"dtype", "abs_max", "rel_max"} when a float16/bfloat16 model is held to its dtype's
     tolerance: dict[str, Any] = field(default_factory=dict)
+    diagnosis: Diagnosis | None = None  # set only when the model exceeds its tolerance
 
     @property
     def median_ort_latency_s(self) -> float | None:
@@ -387,7 +422,16 @@ def _model_from_dict(data: dict[str, Any]) -> ModelResult:
             part.cause = _build(Cause, part.cause)
     model.paired_latency = _build(PairedLatency, data.get("paired_latency"))
     model.graphs = [_graph_from_dict(g) for g in data.get("graphs", [])]
+    model.diagnosis = _diagnosis_from_dict(data.get("diagnosis"))
     return model
+
+
+def _diagnosis_from_dict(data: dict[str, Any] | None) -> Diagnosis | None:
+    diagnosis = _build(Diagnosis, data)
+    if diagnosis is not None:
+        diagnosis.first_divergence = _build(FirstDivergence, data.get("first_divergence"))
+        diagnosis.probe_divergence = _build(FirstDivergence, data.get("probe_divergence"))
+    return diagnosis
 
 
 def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
@@ -395,6 +439,7 @@ def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
     graph.export = _build(ExportResult, data.get("export"))
     graph.probe = _build(ProbeResult, data.get("probe"))
     graph.variants = [_build(VariantResult, v) for v in data.get("variants") or []]
+    graph.diagnosis = _diagnosis_from_dict(data.get("diagnosis"))
     for part in (graph.export, graph.probe):
         if part is not None and isinstance(part.cause, dict):
             part.cause = _build(Cause, part.cause)
