@@ -428,7 +428,7 @@ def _model_from_dict(data: dict[str, Any]) -> ModelResult:
 
 def _diagnosis_from_dict(data: dict[str, Any] | None) -> Diagnosis | None:
     diagnosis = _build(Diagnosis, data)
-    if diagnosis is not None:
+    if diagnosis is not None and data is not None:
         diagnosis.first_divergence = _build(FirstDivergence, data.get("first_divergence"))
         diagnosis.probe_divergence = _build(FirstDivergence, data.get("probe_divergence"))
     return diagnosis
