@@ -24,7 +24,10 @@ from tests.support import REPO_ROOT
 
 ROOT = REPO_ROOT
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-IMAGE_NAME = "input-observer-action"
+# One name for the action, its image, the package and the repository; OWNER is the repository's
+# owner, the one part a fork that publishes its own releases changes (the README says so once).
+NAME = "observer-ci"
+OWNER = "observer-ci"
 
 
 def load(path: str) -> dict:
@@ -190,23 +193,27 @@ def test_the_image_takes_cpu_torch_from_its_index_and_the_rest_from_the_constrai
     assert 'ENTRYPOINT ["python", "/action/entrypoint.py"]' in (ROOT / "Dockerfile").read_text()
 
 
-def test_action_yml_uses_the_image_the_release_workflow_publishes():
-    readme = (ROOT / "README.md").read_text()
-    (owner,) = set(re.findall(rf"uses: ([\w-]+)/{IMAGE_NAME}@v1\b", readme))
-    assert action()["runs"] == {
-        "using": "docker",
-        "image": f"docker://ghcr.io/{owner}/{IMAGE_NAME}:v1",
-    }
+def test_one_name_across_action_image_package_and_readme():
+    assert _project()["name"] == NAME and _project()["scripts"] == {NAME: "observer_ci.cli:command"}
+    assert action()["name"] == NAME and composite()["name"].startswith(f"{NAME} ")
+    assert action()["runs"] == {"using": "docker", "image": f"docker://ghcr.io/{OWNER}/{NAME}:v1"}
     release = workflow("release.yml")
-    assert release["on"]["push"]["tags"] == ["v*.*.*"]
-    assert release["env"]["IMAGE"] == f"ghcr.io/${{{{ github.repository_owner }}}}/{IMAGE_NAME}"
-    assert release["permissions"]["packages"] == "write"
-    steps = release["jobs"]["image"]["steps"]
-    (meta,) = [s for s in steps if s.get("id") == "meta"]
-    assert "type=semver,pattern=v{{major}}" in meta["with"]["tags"]  # the moving major tag
-    pushes = [s for s in steps if s.get("with", {}).get("push") is True]
-    assert len(pushes) == 1 and pushes[0]["if"] == "startsWith(github.ref, 'refs/tags/v')"
-    assert pushes[0]["with"]["tags"] == "${{ steps.meta.outputs.tags }}"
+    assert release["env"]["IMAGE"] == f"ghcr.io/${{{{ github.repository_owner }}}}/{NAME}"
+    texts = {
+        path: (ROOT / path).read_text(encoding="utf-8")
+        for path in ("README.md", "SECURITY.md", "CHANGELOG.md", "Dockerfile")
+    }
+    texts |= {str(p.relative_to(ROOT)): p.read_text() for p in ROOT.glob("examples/workflows/*")}
+    texts |= {str(p.relative_to(ROOT)): p.read_text() for p in ROOT.glob(".github/workflows/*")}
+    for path, text in texts.items():
+        uses = re.findall(r"\b([\w.-]+/[\w.-]+)(?:/composite)?@v1\b", text)
+        images = re.findall(r"ghcr\.io/([\w.${} -]+?)/([\w.-]+)", text)
+        assert set(uses) <= {f"{OWNER}/{NAME}"}, path
+        assert {n for _, n in images} <= {NAME}, path
+        assert "input-observer-action" not in text or path == "CHANGELOG.md", path  # its history
+    readme = texts["README.md"]
+    assert f"uses: {OWNER}/{NAME}@v1" in readme and f"uses: {OWNER}/{NAME}/composite@v1" in readme
+    assert f"ghcr.io/{OWNER}/{NAME}" in readme and f"--owner {OWNER}" in texts["SECURITY.md"]
 
 
 def _project() -> dict:
