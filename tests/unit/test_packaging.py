@@ -369,3 +369,39 @@ def test_the_pull_request_workflow_uploads_the_payload_without_a_write_token():
     (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert upload["with"]["path"] == "observer-ci-out/payload"
     assert upload["with"]["name"].startswith("observer-ci-payload-")
+
+
+# -- what is published (tools/check_dist.py, run by `make check-dist` in `make test`) -------------
+
+
+def test_check_dist_finds_a_wrong_version_a_missing_license_and_stray_files(tmp_path):
+    import io
+    import tarfile
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import check_dist
+
+    version = check_dist.source_version()
+    wheel = tmp_path / f"observer_ci-{version}-py3-none-any.whl"
+    info = f"observer_ci-{version}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(
+            f"{info}/METADATA",
+            "Metadata-Version: 2.4\nName: observer-ci\nVersion: 9.9.9\nLicense-Expression: MIT\n",
+        )
+        archive.writestr("observer_ci/__init__.py", "")
+        archive.writestr("tests/test_x.py", "")
+    sdist = tmp_path / f"observer_ci-{version}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        data = b"[project]\n"
+        member = tarfile.TarInfo(f"observer_ci-{version}/pyproject.toml")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    failures = check_dist.check_metadata(wheel, sdist, version)
+    assert f"wheel version 9.9.9 != __version__ {version}" in failures
+    assert "wheel license MIT/None" in failures and "the wheel lacks LICENSE" in failures
+    assert "the wheel holds more than the package: ['tests']" in failures
+    assert {"the sdist lacks LICENSE", "the sdist lacks README.md"} <= set(failures)
+    assert not [f for f in failures if "pyproject.toml" in f]  # this checkout's version is dynamic
+    assert _project()["license"] == check_dist.LICENSE and "version" not in _project()
