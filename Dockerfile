@@ -12,7 +12,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1
 
 WORKDIR /action
-COPY pyproject.toml constraints.txt README.md Makefile ./
+COPY pyproject.toml constraints.txt README.md LICENSE Makefile ./
 COPY observer_ci ./observer_ci
 COPY entrypoint.py ./
 

@@ -173,6 +173,10 @@ def test_keep_installed_pins_the_installed_torch_and_fills_in_what_is_missing():
 # -- the image ---------------------------------------------------------------------------------
 
 
+def _dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
 def dockerfile_pip_installs() -> list[list[str]]:
     text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
     args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
@@ -191,6 +195,10 @@ def test_the_image_takes_cpu_torch_from_its_index_and_the_rest_from_the_constrai
     assert torch_step == ["--no-deps", "--index-url", CPU_INDEX, f"torch=={pins()['torch']}+cpu"]
     assert rest == ["-c", "constraints.txt", ".[transformers]"]
     assert 'ENTRYPOINT ["python", "/action/entrypoint.py"]' in (ROOT / "Dockerfile").read_text()
+    # what building the package reads is in the image (a missing license file fails the build)
+    copies = re.findall(r"^COPY (.*) \./$", _dockerfile(), re.M)
+    copied = {word for line in copies for word in line.split()}
+    assert {"pyproject.toml", _project()["readme"], *_project()["license-files"]} <= copied
 
 
 def test_one_name_across_action_image_package_and_readme():
