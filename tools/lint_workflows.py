@@ -4,7 +4,8 @@
   ``.github/zizmor.yml`` (actions pinned by commit SHA; only observer-ci's own action by tag);
   each remaining exception is suppressed inline with its reason (``# zizmor: ignore[...]``);
 - check-jsonschema against GitHub's published schemas, vendored in check-jsonschema
-  (``vendor.github-workflows``, ``vendor.github-actions``): no network.
+  (``vendor.github-workflows``, ``vendor.github-actions``, ``vendor.dependabot`` for
+  ``.github/dependabot.yml``): no network.
 
 Over ``.github/workflows/*.yml``, the README's example workflows (``examples/workflows/*.yml``,
 tests/unit/test_examples_in_readme.py keeps the README in step) and both ``action.yml``.
@@ -20,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ZIZMOR_CONFIG = ".github/zizmor.yml"
 ACTIONS = ("action.yml", "composite/action.yml")
+DEPENDABOT = ".github/dependabot.yml"
 
 
 def workflows(root: Path = ROOT) -> list[str]:
@@ -29,13 +31,14 @@ def workflows(root: Path = ROOT) -> list[str]:
 
 
 def commands(root: Path = ROOT) -> list[list[str]]:
-    """The three checks, each a command line run in ``root``."""
+    """The checks, each a command line run in ``root``."""
     files = workflows(root)
     return [
         ["zizmor", "--quiet", "--offline", "--config", ZIZMOR_CONFIG, "--min-severity", "medium"]
         + [*files, *ACTIONS],
         ["check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files],
         ["check-jsonschema", "--builtin-schema", "vendor.github-actions", *ACTIONS],
+        ["check-jsonschema", "--builtin-schema", "vendor.dependabot", DEPENDABOT],
     ]
 
 

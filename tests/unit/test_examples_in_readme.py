@@ -101,7 +101,7 @@ def test_the_linter_covers_every_workflow_and_both_actions():
     on_disk = {str(p.relative_to(ROOT)) for p in ROOT.glob(".github/workflows/*")}
     on_disk |= {str(p.relative_to(ROOT)) for p in EXAMPLES.iterdir()}
     assert set(lint_workflows.workflows()) == on_disk  # no .yaml file left out
-    zizmor, workflow_schema, action_schema = lint_workflows.commands()
+    zizmor, workflow_schema, action_schema, dependabot = lint_workflows.commands()
     assert zizmor[:2] == ["zizmor", "--quiet"] and "--offline" in zizmor
     assert zizmor[zizmor.index("--min-severity") + 1] == "medium"
     assert zizmor[zizmor.index("--config") + 1] == ".github/zizmor.yml"
@@ -109,8 +109,19 @@ def test_the_linter_covers_every_workflow_and_both_actions():
     assert workflow_schema[2] == "vendor.github-workflows"
     assert set(workflow_schema[3:]) == on_disk
     assert action_schema[2:] == ["vendor.github-actions", "action.yml", "composite/action.yml"]
+    assert dependabot[2:] == ["vendor.dependabot", ".github/dependabot.yml"]
     policies = yaml.safe_load((ROOT / ".github/zizmor.yml").read_text())
     assert policies["rules"]["unpinned-uses"]["config"]["policies"] == {
         "observer-ci/*": "ref-pin",
         "*": "hash-pin",
     }
+
+
+def test_dependabot_updates_every_pinned_ecosystem_where_its_pins_live():
+    config = yaml.safe_load((ROOT / ".github/dependabot.yml").read_text())
+    where = {
+        u["package-ecosystem"]: u.get("directories", [u.get("directory")])
+        for u in config["updates"]
+    }
+    # constraints.txt and pyproject.toml; the workflows and composite/action.yml; the Dockerfile
+    assert where == {"pip": ["/"], "github-actions": ["/", "/composite"], "docker": ["/"]}
