@@ -3,6 +3,7 @@ action.yml to the pushed digest on the release tag (tools/pin_image.py, run here
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -153,3 +154,64 @@ def test_the_release_tag_must_name_the_package_version():
     for tag in ("v1.2.4", "1.2.3", "v1.2", "v1.2.3-rc1"):
         with pytest.raises(pin_image.UsageError):
             pin_image.major_tag(tag, "1.2.3")
+
+
+def git(*args: str, cwd) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_the_pin_step_moves_the_release_tag_and_the_major_tag_to_the_pinned_commit(tmp_path):
+    """The release job's own script, run by bash on a clone whose origin is a local bare
+    repository: both tags end on one new commit, on top of the tagged one, changing only
+    action.yml's image."""
+    (_, pin) = step(release()["jobs"]["publish"]["steps"], run="tools/pin_image.py action.yml")
+    origin, work = tmp_path / "origin.git", tmp_path / "work"
+    git("init", "--quiet", "--bare", str(origin), cwd=tmp_path)
+    git("init", "--quiet", str(work), cwd=tmp_path)
+    (work / "tools").mkdir()
+    shutil.copy(ROOT / "action.yml", work / "action.yml")
+    shutil.copy(ROOT / "tools" / "pin_image.py", work / "tools" / "pin_image.py")
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+    git("add", "-A", cwd=work)
+    git(*identity, "commit", "--quiet", "-m", "release 1.2.3", cwd=work)
+    tagged = git("rev-parse", "HEAD", cwd=work)
+    git("tag", "v1.2.3", cwd=work)
+    git("tag", "v1", cwd=work)
+    git("remote", "add", "origin", str(origin), cwd=work)
+    git("push", "--quiet", "origin", "--tags", cwd=work)
+    git("checkout", "--quiet", "--detach", "v1.2.3", cwd=work)  # as actions/checkout leaves it
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GH_TOKEN": "not-a-token",
+        "TAG": "v1.2.3",
+        "MAJOR": "v1",
+        "IMAGE_REF": PINNED.removeprefix("docker://"),
+    }
+    proc = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", pin["run"]],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    release_commit = git("rev-parse", "v1.2.3^{commit}", cwd=origin)
+    assert git("rev-parse", "v1^{commit}", cwd=origin) == release_commit != tagged
+    assert git("rev-parse", f"{release_commit}^", cwd=origin) == tagged
+    assert git("diff", "--name-only", tagged, release_commit, cwd=origin) == "action.yml"
+    pinned = yaml.safe_load(git("show", f"{release_commit}:action.yml", cwd=origin))
+    assert pinned["runs"]["image"] == PINNED
+    message = git("tag", "-l", "--format=%(contents)", "v1.2.3", cwd=origin)
+    assert PINNED.removeprefix("docker://") in message
+
+
+def test_every_release_script_is_valid_bash():
+    scripts = [s["run"] for job in release()["jobs"].values() for s in job["steps"] if "run" in s]
+    scripts.append((ROOT / "tools" / "smoke_image.sh").read_text())
+    for script in scripts:
+        syntax = subprocess.run(["bash", "-n", "-c", script], capture_output=True, text=True)
+        assert syntax.returncode == 0, syntax.stderr
