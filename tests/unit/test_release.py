@@ -52,6 +52,7 @@ def test_pull_requests_build_and_smoke_test_without_any_write_permission():
 def test_the_tag_pushes_attests_and_pins_the_digest_in_that_order():
     publish = release()["jobs"]["publish"]
     assert publish["needs"] == "image" and publish["if"] == "startsWith(github.ref, 'refs/tags/v')"
+    assert publish["concurrency"] == {"group": "release-publish", "cancel-in-progress": False}
     assert publish["permissions"] == {
         "contents": "write",
         "packages": "write",
