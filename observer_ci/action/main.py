@@ -20,6 +20,12 @@ from typing import Any
 
 from observer_ci.action.artifact import Payload, write_payload
 from observer_ci.action.comment import RenderReport, post_report
+from observer_ci.action.history import (
+    load_history,
+    record_history,
+    wants_history,
+    workspace_settings,
+)
 from observer_ci.action.isolation import secure_environment
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.action.workspace import run_base_and_head, run_install, run_scripts_subprocess
@@ -37,6 +43,7 @@ from observer_ci.core.logs import configure, logger
 from observer_ci.core.results import RunResults
 from observer_ci.github.client import GitHubClient
 from observer_ci.report.escape import code_block
+from observer_ci.report.history import trend_section
 from observer_ci.report.markdown import render_report, write_report_files
 from observer_ci.report.rules import Regression, compare
 
@@ -104,6 +111,12 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     notes: list[str] = []
     if settings.event.warning:
         notes.append(f"{settings.event.warning}: no pull request known, no comment posted")
+    history = (
+        load_history(settings, github_client(settings), out, notes)
+        if wants_history(settings)
+        else None
+    )
+    settings, asked = workspace_settings(settings), settings
     install_error = run_install(settings, env)
     if install_error:
         base = None
@@ -120,11 +133,17 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     if base is not None and settings.baseline == "base":
         base.commit = base.commit or settings.base_commit or ""
     head.environment.setdefault("notes", []).extend(notes)
-    regressions = compare(head, base, settings.thresholds, settings.fail_on, settings.policy)
+    base = base if base is not None or history is None else history.latest
+    bands = history.bands if history is not None else None
+    regressions = compare(head, base, settings.thresholds, settings.fail_on, settings.policy, bands)
     progress.regressions = regressions
+    trend = trend_section(history, head) if history is not None else ""
     outputs, render = write_and_summarise(
-        settings, head, base, regressions, settings.label, progress=progress
+        settings, head, base, regressions, settings.label, progress=progress, trend=trend
     )
+    recorded = record_history(asked, head)
+    if recorded is not None:
+        outputs["history_path"] = str(recorded)
     for note in notes:
         workflow.command("warning", note)
     progress.outputs.update(outputs)
@@ -160,6 +179,7 @@ def write_and_summarise(
     label: str,
     *,
     progress: _Progress | None = None,
+    trend: str = "",
 ) -> tuple[dict[str, str], RenderReport]:
     """Writes results.json and report.md, the job summary and the annotations (all before
     anything is posted); returns the gate outputs and the comment renderer."""
@@ -170,6 +190,7 @@ def write_and_summarise(
         "title": title,
         "thresholds": settings.thresholds,
         "policy_lines": settings.policy.describe(),
+        "trend": trend,
     }
     full = write_report_files(out, head, regressions, base, **options)
     if progress is not None:
