@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.action.artifact import Payload, write_payload
+from observer_ci.action.check_run import SUMMARY_MAX_CHARS, CheckRun
 from observer_ci.action.comment import RenderReport, post_report
 from observer_ci.action.history import (
     load_history,
@@ -28,6 +29,7 @@ from observer_ci.action.history import (
 )
 from observer_ci.action.isolation import secure_environment
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
+from observer_ci.action.verdict import accept_in_run, with_section
 from observer_ci.action.workspace import run_base_and_head, run_install, run_scripts_subprocess
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.constants import (
@@ -98,6 +100,10 @@ def main(
             from observer_ci.action.publish import publish
 
             return publish(settings, github_client(settings))
+        if settings.event_name == "issue_comment":  # an accept command: re-judge, run nothing
+            from observer_ci.action.verdict import rejudge
+
+            return rejudge(settings, github_client(settings))
         return run(settings, env, progress)
     except Exception as e:  # a bug of ours: say so, keep what exists, exit 3 (not 1)
         return _internal_error(settings, progress, e)
@@ -117,6 +123,8 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
         else None
     )
     settings, asked = workspace_settings(settings), settings
+    check = CheckRun(settings)
+    check.start(github_client(settings))
     install_error = run_install(settings, env)
     if install_error:
         base = None
@@ -136,11 +144,14 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     base = base if base is not None or history is None else history.latest
     bands = history.bands if history is not None else None
     regressions = compare(head, base, settings.thresholds, settings.fail_on, settings.policy, bands)
+    accepted = accept_in_run(settings, github_client(settings), regressions)
+    regressions = accepted.regressions if accepted is not None else regressions
     progress.regressions = regressions
     trend = trend_section(history, head) if history is not None else ""
     outputs, render = write_and_summarise(
         settings, head, base, regressions, settings.label, progress=progress, trend=trend
     )
+    render = with_section(render, accepted)
     recorded = record_history(asked, head)
     if recorded is not None:
         outputs["history_path"] = str(recorded)
@@ -161,6 +172,8 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     except OSError as e:  # the report is written already; only a later publish job misses it
         workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
     outputs.update(post_report(settings, github_client(settings), render))
+    summary = render(SUMMARY_MAX_CHARS)
+    outputs.update(check.finish(github_client(settings), regressions, summary, head))
     progress.outputs.update(outputs)
     write_outputs(settings, outputs)
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
