@@ -41,6 +41,14 @@ GROWTH_SLACK = 0.05  # a pinned latency may wobble this much before the acceptan
 SECTION_START = "<!-- observer-ci:accept-section -->"
 STATE_RE = re.compile(r"<!-- observer-ci:accepted ([A-Za-z0-9+/=]*) -->")
 MAX_STATE_CHARS = 200_000
+MAX_SECTION_CHARS = 20_000  # past it the stored regressions are left out (no re-judging)
+# A crash is not a known regression to live with: these are never accepted here.
+NOT_ACCEPTABLE = frozenset({"script_failed", "export_failed", "ort_failed"})
+
+
+def acceptable(regressions: Iterable[Regression]) -> list[Regression]:
+    """The regressions failing the build that a maintainer may accept."""
+    return [r for r in regressions if r.fails_build and r.rule not in NOT_ACCEPTABLE]
 
 
 @dataclass(frozen=True)
@@ -81,13 +89,21 @@ class Outcome:
     def section(self) -> str:
         """Markdown for the comment and the check run (empty without acceptances), the
         hidden ledger and regressions after it."""
-        state = {"held": [asdict(h) for h in self.held], "raw": [asdict(r) for r in self.raw]}
-        encoded = base64.b64encode(json.dumps(state).encode()).decode()
+        raw = acceptable(self.raw)
+        if not (self.held or self.lines or raw):
+            return ""
         text = ""
         if self.held or self.lines:
             items = [f"- {_held_line(h)}" for h in self.held] + [f"- {x}" for x in self.lines]
             text = "### Accepted regressions\n\n" + "\n".join(items) + "\n"
-        return f"\n\n{SECTION_START}\n{text}<!-- observer-ci:accepted {encoded} -->\n"
+        section = ""
+        for stored in (raw, []):  # without the stored regressions when they are too many
+            state = {"held": [asdict(h) for h in self.held], "raw": [asdict(r) for r in stored]}
+            encoded = base64.b64encode(json.dumps(state).encode()).decode()
+            section = f"\n\n{SECTION_START}\n{text}<!-- observer-ci:accepted {encoded} -->\n"
+            if len(section) <= MAX_SECTION_CHARS:
+                break
+        return section
 
 
 def _held_line(held: Held) -> str:
@@ -159,8 +175,8 @@ def apply(
         models=tuple(Entry(a.model, 0, accept=_rules(a.rule), note=a.note) for a in acceptances)
     )
     held = []
-    for r in raw:
-        if not r.fails_build or r.rule not in requested.accepted_for(r.model):
+    for r in acceptable(raw):
+        if r.rule not in requested.accepted_for(r.model):
             continue
         note = requested.accept_note(r.model, r.rule)
         before = pinned.get((r.rule, r.model))

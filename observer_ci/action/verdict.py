@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from urllib.parse import quote
 
-from observer_ci.action.accept import Outcome, judge, read_state, strip_section
+from observer_ci.action.accept import Outcome, acceptable, judge, read_state, strip_section
 from observer_ci.action.check_run import CheckRun
 from observer_ci.action.comment import RenderReport
 from observer_ci.action.settings import Settings
@@ -17,6 +17,8 @@ from observer_ci.core.workflow_commands import command, write_outputs
 from observer_ci.github.client import GitHubClient, GitHubError
 from observer_ci.github.sticky import parse_marker, repo_from_env, select_sticky_comment
 from observer_ci.report.rules import Regression
+
+MIN_REPORT_CHARS = 4000
 
 
 def _key(settings: Settings) -> str:
@@ -30,6 +32,8 @@ def accept_in_run(
     pr = settings.pr_number
     if pr is None or not settings.token or settings.dry_run or not settings.post_comment:
         return None
+    if not acceptable(regressions):
+        return None  # nothing a maintainer could accept: no API calls
     try:
         owner, repo = repo_from_env(settings.repository)
     except ValueError:
@@ -51,7 +55,13 @@ def with_section(render: RenderReport, outcome: Outcome | None) -> RenderReport:
     if outcome is None:
         return render
     tail = outcome.section()
-    return lambda max_chars: render(max_chars - len(tail)) + tail
+
+    def rendered(max_chars: int) -> str:
+        if max_chars - len(tail) < MIN_REPORT_CHARS:
+            return render(max_chars)  # a tiny budget: the report, without the section
+        return render(max_chars - len(tail)) + tail
+
+    return rendered
 
 
 def rejudge(settings: Settings, client: GitHubClient) -> int:
