@@ -132,7 +132,7 @@ def read_acceptances(
 
     found = []
     for comment in comments:
-        user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
+        user = _object(comment.get("user"))
         login, body = str(user.get("login") or ""), str(comment.get("body") or "")
         if not login or user.get("type") == "Bot":
             continue
@@ -150,12 +150,15 @@ def read_acceptances(
     return found
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _last_labeled(events: Iterable[dict]) -> tuple[str, str] | None:
     """(actor, time) of the last ``labeled`` event adding :data:`ACCEPT_LABEL`."""
     last = None
     for event in events:
-        label = event.get("label") if isinstance(event.get("label"), dict) else {}
-        actor = event.get("actor") if isinstance(event.get("actor"), dict) else {}
+        label, actor = _object(event.get("label")), _object(event.get("actor"))
         labeled = event.get("event") == "labeled" and label.get("name") == ACCEPT_LABEL
         if labeled and actor.get("login"):
             last = (str(actor["login"]), str(event.get("created_at") or ""))

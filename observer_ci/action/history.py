@@ -18,6 +18,7 @@ import dataclasses
 import io
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +71,22 @@ def record_history(settings: Settings, head: RunResults) -> Path | None:
 
 
 def load_history(
-    settings: Settings, client: GitHubClient | None, out: Path, notes: list[str]
+    settings: Settings,
+    client: Callable[[Settings], GitHubClient],
+    out: Path,
+    notes: list[str],
 ) -> History | None:
-    """The history to compare with (see the module docstring), or None (with a note why)."""
+    """The history to compare with (see the module docstring), or None: no history baseline,
+    or (with a note why) none found. ``client(settings)`` builds the client when needed."""
+    if not wants_history(settings):
+        return None
     if settings.baseline.startswith(HISTORY_PREFIX):
         folder: Path | None = Path(settings.baseline[len(HISTORY_PREFIX) :])
-    elif client is None or not settings.token or settings.dry_run:
+    elif not settings.token or settings.dry_run:
         notes.append("baseline history: no token (or a dry run), so no history was fetched")
         return None
     else:
-        folder = fetch_history(settings, client, out / "history-in", notes)
+        folder = fetch_history(settings, client(settings), out / "history-in", notes)
     if folder is None:
         return None
     try:

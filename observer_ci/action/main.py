@@ -21,12 +21,7 @@ from typing import Any
 from observer_ci.action.artifact import Payload, write_payload
 from observer_ci.action.check_run import SUMMARY_MAX_CHARS, CheckRun
 from observer_ci.action.comment import RenderReport, post_report
-from observer_ci.action.history import (
-    load_history,
-    record_history,
-    wants_history,
-    workspace_settings,
-)
+from observer_ci.action.history import load_history, record_history, workspace_settings
 from observer_ci.action.isolation import secure_environment
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.action.verdict import accept_in_run, with_section
@@ -117,11 +112,7 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     notes: list[str] = []
     if settings.event.warning:
         notes.append(f"{settings.event.warning}: no pull request known, no comment posted")
-    history = (
-        load_history(settings, github_client(settings), out, notes)
-        if wants_history(settings)
-        else None
-    )
+    history = load_history(settings, github_client, out, notes)
     settings, asked = workspace_settings(settings), settings
     check = CheckRun(settings)
     check.start(github_client(settings))
@@ -158,6 +149,17 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     for note in notes:
         workflow.command("warning", note)
     progress.outputs.update(outputs)
+    outputs.update(_write_payload(settings, head, base))
+    outputs.update(post_report(settings, github_client(settings), render))
+    summary = render(SUMMARY_MAX_CHARS)
+    outputs.update(check.finish(github_client(settings), regressions, summary, head))
+    progress.outputs.update(outputs)
+    write_outputs(settings, outputs)
+    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def _write_payload(settings: Settings, head: RunResults, base: RunResults | None) -> dict:
+    """The payload for a later publish job: ``payload_path``, or a warning."""
     payload = Payload(
         pr_number=settings.pr_number,
         head_sha=settings.head_sha,
@@ -168,15 +170,10 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
         fail_on=settings.fail_on,
     )
     try:
-        outputs["payload_path"] = str(write_payload(settings.payload_path, payload, head, base))
+        return {"payload_path": str(write_payload(settings.payload_path, payload, head, base))}
     except OSError as e:  # the report is written already; only a later publish job misses it
         workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
-    outputs.update(post_report(settings, github_client(settings), render))
-    summary = render(SUMMARY_MAX_CHARS)
-    outputs.update(check.finish(github_client(settings), regressions, summary, head))
-    progress.outputs.update(outputs)
-    write_outputs(settings, outputs)
-    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+        return {}
 
 
 def github_client(settings: Settings) -> GitHubClient:
