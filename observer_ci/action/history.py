@@ -97,6 +97,7 @@ def load_history(
     if not history.runs:
         notes.append(f"baseline history: no readable results.json under {folder}")
         return None
+    history.runs[-1].label = settings.event.default_branch or HISTORY  # the report's "base"
     return history
 
 

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import logging
 import os
 import textwrap
 from collections.abc import Iterator
@@ -115,9 +116,22 @@ def act(tmp: Path, gh: FakeGitHub, event_name: str, event: dict, **inputs: str) 
         **inputs,
     }
     stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
+    with contextlib.redirect_stdout(stdout), package_logger_kept():
         code = action.main(env)
     return Ran(code, stdout.getvalue(), read_outputs(output), out)
+
+
+@contextlib.contextmanager
+def package_logger_kept() -> Iterator[None]:
+    """``main`` configures the package logger for a process of its own: undo that, so later
+    test files' ``caplog`` still sees its records."""
+    package = logging.getLogger("observer_ci")
+    handlers, propagate, level = list(package.handlers), package.propagate, package.level
+    try:
+        yield
+    finally:
+        package.handlers[:], package.propagate = handlers, propagate
+        package.setLevel(level)
 
 
 def read_outputs(path: Path) -> dict[str, str]:
