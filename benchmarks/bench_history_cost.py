@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -56,8 +57,10 @@ def make_repo(root: Path, examples: list[str]) -> tuple[Path, str, str]:
     return repo, base, git(repo, "rev-parse", "HEAD")
 
 
-def action(repo: Path, tmp: Path, gh: FakeGitHub, base: str, head: str, baseline: str) -> float:
-    """One run of the action; its wall time in seconds."""
+def action(
+    repo: Path, tmp: Path, gh: FakeGitHub, base: str, head: str, baseline: str
+) -> tuple[float, float]:
+    """One run of the action; its wall time and CPU time (every process) in seconds."""
     tmp.mkdir(parents=True)
     event = {
         "pull_request": {"number": 1, "head": {"sha": head}, "base": {"sha": base}},
@@ -79,14 +82,20 @@ def action(repo: Path, tmp: Path, gh: FakeGitHub, base: str, head: str, baseline
         "INPUT_TOKEN": TOKEN,
         "INPUT_OUT": str(tmp / "out"),
     }
-    begin = time.perf_counter()
+    begin, cpu = time.perf_counter(), _children_cpu()
     subprocess.run(
         [sys.executable, str(REPO / "entrypoint.py")], cwd=repo, env=env, capture_output=True
     )
-    seconds = time.perf_counter() - begin
+    seconds, cpu = time.perf_counter() - begin, _children_cpu() - cpu
     if not (tmp / "out" / "results.json").is_file():
         raise SystemExit(f"{baseline}: no results.json written under {tmp}")
-    return seconds
+    return seconds, cpu
+
+
+def _children_cpu() -> float:
+    """User + system seconds of every finished descendant (they are all waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def seed_history(gh: FakeGitHub, results: RunResults, base: str, runs: int) -> None:
@@ -108,22 +117,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, FakeGitHub(token=TOKEN) as gh:
         root = Path(tmp)
         repo, base, head = make_repo(root, args.examples)
-        times: dict[str, list[float]] = {"base": [], "history": []}
+        times: dict[str, list[tuple[float, float]]] = {"base": [], "history": []}
         # a first base run gives the results the history is made of (and warms the disk cache)
         action(repo, root / "warm", gh, base, head, "base")
-        seed_history(
-            gh, RunResults.read(root / "warm" / "out" / "results.json"), base, args.history_runs
-        )
+        warm = RunResults.read(root / "warm" / "out" / "results.json")
+        seed_history(gh, warm, base, args.history_runs)
         for k in range(args.rounds):
             for baseline in ("base", "history") if k % 2 == 0 else ("history", "base"):
-                seconds = action(repo, root / f"{baseline}-{k}", gh, base, head, baseline)
-                times[baseline].append(seconds)
-                print(f"round {k}: baseline {baseline:<7} {seconds:6.1f} s", flush=True)
-        base_s, history_s = (statistics.median(times[b]) for b in ("base", "history"))
+                seconds, cpu = action(repo, root / f"{baseline}-{k}", gh, base, head, baseline)
+                times[baseline].append((seconds, cpu))
+                print(f"round {k}: baseline {baseline:<7} {seconds:6.1f} s wall, {cpu:6.1f} s CPU")
+        wall = {b: statistics.median(t[0] for t in times[b]) for b in times}
+        cpu = {b: statistics.median(t[1] for t in times[b]) for b in times}
         print(
-            f"examples {' '.join(args.examples)}: baseline base {base_s:.1f} s, "
-            f"baseline history ({args.history_runs} runs fetched) {history_s:.1f} s, "
-            f"history/base x{history_s / base_s:.2f} (target <= 0.6)"
+            f"examples {' '.join(args.examples)} on {os.cpu_count()} cores, load "
+            f"{os.getloadavg()[0]:.1f}: baseline base {wall['base']:.1f} s wall "
+            f"({cpu['base']:.1f} s CPU), baseline history ({args.history_runs} runs fetched) "
+            f"{wall['history']:.1f} s wall ({cpu['history']:.1f} s CPU); history/base "
+            f"wall x{wall['history'] / wall['base']:.2f} (target <= 0.6), "
+            f"CPU x{cpu['history'] / cpu['base']:.2f}"
         )
 
 
