@@ -86,6 +86,9 @@ def rejudge(settings: Settings, client: GitHubClient) -> int:
             command("warning", "the pull request has newer commits: its next run will judge them")
             return 0
         _, raw = read_state(ours.get("body"))
+        if not raw:  # nothing stored: never turn a check green from an empty list
+            command("warning", "the last report stored no regression to accept: nothing changed")
+            return 0
         outcome = judge(
             client,
             owner,

@@ -10,10 +10,13 @@ import json
 
 import pytest
 
+from observer_ci.action.accept import Outcome
 from observer_ci.action.check_run import SUMMARY_MAX_CHARS, CheckRun
 from observer_ci.action.history import HISTORY_ARTIFACT, fetch_history
 from observer_ci.action.settings import EventFacts, Settings
+from observer_ci.action.verdict import rejudge
 from observer_ci.core.exceptions import GitHubError
+from observer_ci.github.sticky import sticky_marker
 from observer_ci.report.rules import Regression
 from tests.support.fake_github import DEFAULT_TOKEN
 
@@ -125,3 +128,26 @@ def test_a_run_without_a_usable_artifact_is_skipped(gh, client, tmp_path):
     event = EventFacts(pr_number=1, base_sha=SHA, default_branch="main")
     found = fetch_history(settings(gh, event=event), client, tmp_path / "h", notes)
     assert found == tmp_path / "h" and [p.parent.name for p in found.rglob("results.json")] == ["8"]
+
+
+def report_comment(gh, pr: int, tail: str = "") -> None:
+    body = sticky_marker("default", SHA).render() + "\nreport" + tail
+    gh.seed_comments(OWNER, REPO, pr, 1, lambda i: body, login="github-actions[bot]")
+
+
+def test_re_judging_a_report_that_stored_nothing_writes_no_check(gh, client):
+    report_comment(gh, 3)
+    gh.add_pull(OWNER, REPO, 3, head_sha=SHA, head_repository=f"{OWNER}/{REPO}")
+    event = EventFacts(pr_number=3)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert rejudge(settings(gh, event=event), client) == 0
+    assert "stored no regression" in out.getvalue() and gh.more.checks(OWNER, REPO) == []
+
+
+def test_re_judging_a_pull_request_with_newer_commits_leaves_it_to_its_next_run(gh, client):
+    stored = Outcome([], raw=regressions(1)).section()
+    report_comment(gh, 4, stored)
+    gh.add_pull(OWNER, REPO, 4, head_sha="e" * 40, head_repository=f"{OWNER}/{REPO}")
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert rejudge(settings(gh, event=EventFacts(pr_number=4)), client) == 0
+    assert "newer commits" in out.getvalue() and gh.more.checks(OWNER, REPO) == []
