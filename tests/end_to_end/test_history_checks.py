@@ -28,8 +28,10 @@ from pathlib import Path
 import pytest
 
 from observer_ci.action import main as action
+from observer_ci.action.artifact import Payload, write_payload
 from observer_ci.core.results import RunResults
 from observer_ci.report.escape import escape_text
+from observer_ci.report.rules import DEFAULT_FAIL_ON
 from tests.support import REPO_ROOT
 from tests.support.fake_github import FakeGitHub
 
@@ -304,3 +306,29 @@ def test_accept_by_label_in_the_next_run(push_run, gh, tmp_path):
     assert [a["annotation_level"] for a in check["annotations"]].count("notice") >= 1
     body = sticky(gh, LABEL_PR)["body"]
     assert escape_text(f"accepted by @{MAINTAINER} (label, ") in body
+
+
+def test_publish_mode_writes_the_check_run_completed_at_once(push_run, gh, tmp_path):
+    """The job after a fork's pull request: the payload's head commit gets the check run."""
+    head_sha, run_id, number = "f" * 40, 4321, 9
+    recorded = RunResults.read(Path(push_run.outputs["history_path"]) / "results.json")
+    broken = dataclasses.replace(recorded.by_name()["net"], status="export_failed", error="boom")
+    head = dataclasses.replace(recorded, models=[broken], label="head")
+    payload = Payload(number, head_sha, str(run_id), fail_on=frozenset(DEFAULT_FAIL_ON))
+    write_payload(tmp_path / "payload", payload, head, None)
+    gh.add_run(OWNER, REPO, run_id, head_sha=head_sha, pull_requests=(number,))
+    event = {"action": "completed", "workflow_run": {"id": run_id}}
+    ran = act(
+        tmp_path,
+        gh,
+        "workflow_run",
+        event,
+        INPUT_MODE="publish",
+        INPUT_PAYLOAD_DIR=str(tmp_path / "payload"),
+        GITHUB_WORKSPACE=str(tmp_path),
+    )
+    assert ran.code == 0 and ran.outputs["comment_status"] == "created", ran.stdout
+    (check,) = checks_on(gh, head_sha)
+    assert check["status"] == "completed" and check["conclusion"] == "failure"
+    assert check["updates"] == 0  # created completed, in one request
+    assert [a["title"] for a in check["annotations"]] == ["export_failed: net"]
