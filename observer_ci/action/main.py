@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.action.artifact import Payload, write_payload
+from observer_ci.action.check_run import SUMMARY_MAX_CHARS, CheckRun
 from observer_ci.action.comment import RenderReport, post_report
+from observer_ci.action.history import load_history, record_history, workspace_settings
 from observer_ci.action.isolation import secure_environment
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
+from observer_ci.action.verdict import accept_in_run, with_section
 from observer_ci.action.workspace import run_base_and_head, run_install, run_scripts_subprocess
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.constants import (
@@ -37,6 +40,7 @@ from observer_ci.core.logs import configure, logger
 from observer_ci.core.results import RunResults
 from observer_ci.github.client import GitHubClient
 from observer_ci.report.escape import code_block
+from observer_ci.report.history import trend_section
 from observer_ci.report.markdown import render_report, write_report_files
 from observer_ci.report.rules import Regression, compare
 
@@ -91,6 +95,10 @@ def main(
             from observer_ci.action.publish import publish
 
             return publish(settings, github_client(settings))
+        if settings.event_name == "issue_comment":  # an accept command: re-judge, run nothing
+            from observer_ci.action.verdict import rejudge
+
+            return rejudge(settings, github_client(settings))
         return run(settings, env, progress)
     except Exception as e:  # a bug of ours: say so, keep what exists, exit 3 (not 1)
         return _internal_error(settings, progress, e)
@@ -104,6 +112,10 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     notes: list[str] = []
     if settings.event.warning:
         notes.append(f"{settings.event.warning}: no pull request known, no comment posted")
+    history = load_history(settings, github_client, out, notes)
+    settings, asked = workspace_settings(settings), settings
+    check = CheckRun(settings)
+    check.start(github_client(settings))
     install_error = run_install(settings, env)
     if install_error:
         base = None
@@ -120,14 +132,34 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     if base is not None and settings.baseline == "base":
         base.commit = base.commit or settings.base_commit or ""
     head.environment.setdefault("notes", []).extend(notes)
-    regressions = compare(head, base, settings.thresholds, settings.fail_on, settings.policy)
+    base = base if base is not None or history is None else history.latest
+    bands = history.bands if history is not None else None
+    regressions = compare(head, base, settings.thresholds, settings.fail_on, settings.policy, bands)
+    accepted = accept_in_run(settings, github_client(settings), regressions)
+    regressions = accepted.regressions if accepted is not None else regressions
     progress.regressions = regressions
+    trend = trend_section(history, head) if history is not None else ""
     outputs, render = write_and_summarise(
-        settings, head, base, regressions, settings.label, progress=progress
+        settings, head, base, regressions, settings.label, progress=progress, trend=trend
     )
+    render = with_section(render, accepted)
+    recorded = record_history(asked, head)
+    if recorded is not None:
+        outputs["history_path"] = str(recorded)
     for note in notes:
         workflow.command("warning", note)
     progress.outputs.update(outputs)
+    outputs.update(_write_payload(settings, head, base))
+    outputs.update(post_report(settings, github_client(settings), render))
+    summary = render(SUMMARY_MAX_CHARS)
+    outputs.update(check.finish(github_client(settings), regressions, summary, head))
+    progress.outputs.update(outputs)
+    write_outputs(settings, outputs)
+    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def _write_payload(settings: Settings, head: RunResults, base: RunResults | None) -> dict:
+    """The payload for a later publish job: ``payload_path``, or a warning."""
     payload = Payload(
         pr_number=settings.pr_number,
         head_sha=settings.head_sha,
@@ -138,13 +170,10 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
         fail_on=settings.fail_on,
     )
     try:
-        outputs["payload_path"] = str(write_payload(settings.payload_path, payload, head, base))
+        return {"payload_path": str(write_payload(settings.payload_path, payload, head, base))}
     except OSError as e:  # the report is written already; only a later publish job misses it
         workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
-    outputs.update(post_report(settings, github_client(settings), render))
-    progress.outputs.update(outputs)
-    write_outputs(settings, outputs)
-    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+        return {}
 
 
 def github_client(settings: Settings) -> GitHubClient:
@@ -160,6 +189,7 @@ def write_and_summarise(
     label: str,
     *,
     progress: _Progress | None = None,
+    trend: str = "",
 ) -> tuple[dict[str, str], RenderReport]:
     """Writes results.json and report.md, the job summary and the annotations (all before
     anything is posted); returns the gate outputs and the comment renderer."""
@@ -170,6 +200,7 @@ def write_and_summarise(
         "title": title,
         "thresholds": settings.thresholds,
         "policy_lines": settings.policy.describe(),
+        "trend": trend,
     }
     full = write_report_files(out, head, regressions, base, **options)
     if progress is not None:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from observer_ci.action.artifact import ArtifactError, NoPayloadError, Part, read_parts
+from observer_ci.action.check_run import SUMMARY_MAX_CHARS, CheckRun
 from observer_ci.action.comment import post_report
 from observer_ci.action.main import write_and_summarise, write_outputs
 from observer_ci.action.settings import EventFacts, Settings
@@ -89,6 +90,8 @@ def publish(settings: Settings, client: GitHubClient) -> int:
             write_outputs(settings, {**outputs, "comment_status": e.status})
             return EXIT_REJECTED if e.status == COMMENT_REJECTED else 0
     outputs.update(post_report(target, client, render))
+    check = CheckRun(target)  # the head commit's check run, completed at once
+    outputs.update(check.finish(client, regressions, render(SUMMARY_MAX_CHARS), combined.head))
     write_outputs(settings, outputs)
     return 0
 

@@ -6,6 +6,7 @@ and the base/head commits are parsed here, once; the event file is read here, on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -57,6 +58,7 @@ class EventFacts:
     head_sha: str | None = None
     warning: str | None = None  # why the event could not be read, when it could not
     workflow_run_id: str | None = None  # the run a ``workflow_run`` event follows
+    default_branch: str | None = None  # ``repository.default_branch`` (history on push)
 
 
 def read_event(event_path: str | None) -> EventFacts:
@@ -78,6 +80,15 @@ def event_facts(payload: Any) -> EventFacts:
     and base/head SHAs from a decoded event payload."""
     if not isinstance(payload, dict):
         return EventFacts(warning="the event payload is not a JSON object")
+    repository = payload.get("repository")
+    branch = repository.get("default_branch") if isinstance(repository, dict) else None
+    facts = _event_facts(payload)
+    if isinstance(branch, str) and branch:
+        return dataclasses.replace(facts, default_branch=branch)
+    return facts
+
+
+def _event_facts(payload: dict) -> EventFacts:
     pull_request = payload.get("pull_request")
     if isinstance(pull_request, dict):
         return EventFacts(
@@ -145,6 +156,10 @@ class Settings:
     output_path: str = ""
     event: EventFacts = field(default_factory=EventFacts)
     policy: Policy = field(default_factory=Policy)  # .observer-ci.yml (or input 'policy')
+    history_runs: int = 20  # baseline history: the default branch's last runs read back
+    check_run: bool = True  # a check run on the head commit (needs checks: write)
+    event_name: str = ""  # GITHUB_EVENT_NAME
+    ref: str = ""  # GITHUB_REF
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], *, dry_run: bool = False) -> Settings:
@@ -205,6 +220,10 @@ class Settings:
             output_path=get("GITHUB_OUTPUT"),
             event=event,
             policy=policy,
+            history_runs=_history_runs(get("INPUT_HISTORY_RUNS", "20")),
+            check_run=_bool("check_run", env.get("INPUT_CHECK_RUN"), True),
+            event_name=get("GITHUB_EVENT_NAME"),
+            ref=get("GITHUB_REF"),
         )
 
     @property
@@ -299,4 +318,17 @@ def _timeout_minutes(text: str) -> float:
             f"input 'timeout_minutes' must be a number of minutes in (0, "
             f"{MAX_TIMEOUT_MINUTES:g}], got {text!r}"
         )
+    return value
+
+
+MAX_HISTORY_RUNS = 100  # the cap on history entries read back (one page of runs)
+
+
+def _history_runs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as e:
+        raise SettingsError(f"input 'history_runs' must be an integer, got {text!r}") from e
+    if not 1 <= value <= MAX_HISTORY_RUNS:
+        raise SettingsError(f"input 'history_runs' must be 1 to {MAX_HISTORY_RUNS}, got {text!r}")
     return value

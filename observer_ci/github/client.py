@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import requests
 
@@ -28,6 +28,7 @@ BACKOFF_BASE_S = 1.0
 # (an API that does not answer at all costs at most this, not retries x timeouts).
 DEFAULT_DEADLINE_S = 150.0
 _MASK = "***"
+MAX_DOWNLOAD_BYTES = 50 << 20  # an artifact of results.json files is kilobytes
 
 
 def error_message(response: requests.Response) -> str:
@@ -213,6 +214,112 @@ class GitHubClient:
             next_url = response.links.get("next", {}).get("url")
             query = {}  # the next link already carries the query string
 
+    def download(self, path: str, max_bytes: int = MAX_DOWNLOAD_BYTES) -> bytes:
+        """The bytes behind an endpoint that answers ``302`` to a storage URL (an artifact's
+        zip): the redirect is followed once *without* credentials (the storage URL is signed;
+        the token never leaves the API origin). Larger than ``max_bytes``: GitHubError."""
+        response = self.request("GET", path)
+        location = response.headers.get("Location")
+        if response.status_code not in (301, 302, 303, 307, 308) or not location:
+            return _capped(response.content, max_bytes, path)
+        self._check_deadline("GET", _strip_query(location))
+        try:
+            blob = self._session.get(
+                location,
+                headers={"User-Agent": USER_AGENT},
+                timeout=max(0.05, min(self.timeout_s, self._remaining())),
+                allow_redirects=False,
+                stream=True,
+            )
+            data = blob.raw.read(max_bytes + 1, decode_content=True)
+        except requests.RequestException as exc:
+            raise GitHubError(
+                f"download failed: {type(exc).__name__}", method="GET", url=_strip_query(location)
+            ) from None
+        if blob.status_code >= 400:
+            raise GitHubError(
+                f"download failed: {blob.status_code} {blob.reason or ''}".strip(),
+                status=blob.status_code,
+                method="GET",
+                url=_strip_query(location),
+            )
+        return _capped(data, max_bytes, path)
+
+    # -- endpoints (thin: one REST call each, shapes as GitHub documents them) -------
+
+    def workflow_runs(self, owner: str, repo: str, **filters: str) -> Iterator[dict]:
+        """``GET /repos/{o}/{r}/actions/runs`` (filters: branch, event, status, head_sha),
+        newest first, every page."""
+        yield from self._wrapped(_repo_path(owner, repo, "actions/runs"), "workflow_runs", filters)
+
+    def run_artifacts(self, owner: str, repo: str, run_id: int, name: str = "") -> list[dict]:
+        """``GET /repos/{o}/{r}/actions/runs/{id}/artifacts`` (``name`` filters by name)."""
+        path = _repo_path(owner, repo, f"actions/runs/{int(run_id)}/artifacts")
+        return list(self._wrapped(path, "artifacts", {"name": name} if name else {}))
+
+    def download_artifact(self, owner: str, repo: str, artifact_id: int) -> bytes:
+        """``GET /repos/{o}/{r}/actions/artifacts/{id}/zip``: the artifact's zip archive."""
+        return self.download(_repo_path(owner, repo, f"actions/artifacts/{int(artifact_id)}/zip"))
+
+    def ancestors(self, owner: str, repo: str, sha: str, limit: int = PER_PAGE) -> list[str]:
+        """``GET /repos/{o}/{r}/commits?sha=``: ``sha`` and its ancestors, newest first."""
+        path = _repo_path(owner, repo, "commits")
+        commits = self.get_json(path, {"sha": sha, "per_page": min(limit, PER_PAGE)})
+        return [c["sha"] for c in commits or [] if isinstance(c, dict) and c.get("sha")]
+
+    def compare(self, owner: str, repo: str, base: str, head: str) -> dict:
+        """``GET /repos/{o}/{r}/compare/{base}...{head}`` (``status``: ahead, behind, ...)."""
+        path = _repo_path(owner, repo, f"compare/{quote(base, safe='')}...{quote(head, safe='')}")
+        return self.get_json(path) or {}
+
+    def create_check_run(self, owner: str, repo: str, body: Mapping[str, Any]) -> dict:
+        """``POST /repos/{o}/{r}/check-runs`` (needs ``checks: write``)."""
+        return self.post_json(_repo_path(owner, repo, "check-runs"), dict(body)) or {}
+
+    def update_check_run(
+        self, owner: str, repo: str, check_id: int, body: Mapping[str, Any]
+    ) -> dict:
+        """``PATCH /repos/{o}/{r}/check-runs/{id}`` (annotations are appended)."""
+        path = _repo_path(owner, repo, f"check-runs/{int(check_id)}")
+        return self.patch_json(path, dict(body)) or {}
+
+    def issue_comments(self, owner: str, repo: str, number: int) -> Iterator[dict]:
+        """``GET /repos/{o}/{r}/issues/{n}/comments``, oldest first, every page."""
+        yield from self.paginate(_repo_path(owner, repo, f"issues/{int(number)}/comments"))
+
+    def issue_labels(self, owner: str, repo: str, number: int) -> list[str]:
+        """``GET /repos/{o}/{r}/issues/{n}/labels``: the label names."""
+        path = _repo_path(owner, repo, f"issues/{int(number)}/labels")
+        return [str(label.get("name")) for label in self.paginate(path)]
+
+    def issue_events(self, owner: str, repo: str, number: int) -> Iterator[dict]:
+        """``GET /repos/{o}/{r}/issues/{n}/events`` (``labeled`` events name their actor)."""
+        yield from self.paginate(_repo_path(owner, repo, f"issues/{int(number)}/events"))
+
+    def permission(self, owner: str, repo: str, user: str) -> str:
+        """``GET /repos/{o}/{r}/collaborators/{user}/permission``: admin, write, read or none."""
+        path = _repo_path(owner, repo, f"collaborators/{quote(user, safe='')}/permission")
+        return str((self.get_json(path) or {}).get("permission") or "none")
+
+    def _wrapped(self, path: str, key: str, params: Mapping[str, Any]) -> Iterator[dict]:
+        """Every item of a list GitHub wraps in an object (``{"total_count", key: [...]}``)."""
+        query: dict[str, Any] = {"per_page": PER_PAGE, **params}
+        next_url: str | None = path
+        while next_url:
+            response = self.request("GET", next_url, params=query)
+            data = _json_or_none(response)
+            items = data.get(key) if isinstance(data, dict) else None
+            if not isinstance(items, list):
+                raise GitHubError(
+                    f"expected an object with a {key!r} list",
+                    status=response.status_code,
+                    method="GET",
+                    url=response.url,
+                )
+            yield from (item for item in items if isinstance(item, dict))
+            next_url = response.links.get("next", {}).get("url")
+            query = {}
+
     # -- internals --------------------------------------------------------------
 
     def _headers(self) -> dict[str, str]:
@@ -334,3 +441,13 @@ def _origin(url: str) -> tuple[str, str]:
 
 def _strip_query(url: str) -> str:
     return url.split("?", 1)[0]
+
+
+def _repo_path(owner: str, repo: str, rest: str) -> str:
+    return f"/repos/{quote(owner, safe='')}/{quote(repo, safe='')}/{rest}"
+
+
+def _capped(data: bytes, max_bytes: int, path: str) -> bytes:
+    if len(data) > max_bytes:
+        raise GitHubError(f"download larger than {max_bytes} bytes", method="GET", url=path)
+    return data

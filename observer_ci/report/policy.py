@@ -23,12 +23,15 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from observer_ci.report.rules import (
+    ACCEPTED,
     RULES,
+    Regression,
     Thresholds,
     parse_fail_on,
     parse_thresholds,
@@ -53,6 +56,7 @@ class Entry:
     thresholds: dict[str, float] = field(default_factory=dict)
     fail_on: frozenset[str] | None = None
     accept: frozenset[str] = frozenset()
+    note: str = ""  # why it accepts (a maintainer's accept path: who and when)
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,26 @@ class Policy:
 
     def accepted_for(self, name: str) -> set[str]:
         return {rule for entry in self.matching(name) for rule in entry.accept}
+
+    def accept_note(self, name: str, rule: str) -> str:
+        """Why ``rule`` is accepted for model ``name``: the last matching entry's note, the
+        file's wording by default."""
+        notes = [e.note for e in self.matching(name) if rule in e.accept]
+        return (notes[-1] if notes else "") or ACCEPTED
+
+    def accept(self, regressions: Iterable[Regression]) -> list[Regression]:
+        """The regressions, those this policy accepts reported without failing the build."""
+        return [
+            dataclasses.replace(
+                r,
+                fails_build=False,
+                message=f"{self.accept_note(r.model, r.rule)}: {r.message}",
+                accepted=self.accept_note(r.model, r.rule),
+            )
+            if r.rule in self.accepted_for(r.model)
+            else r
+            for r in regressions
+        ]
 
     def describe(self) -> list[str]:
         """One line per entry of the file, for the report's legend (the effective values)."""

@@ -12,6 +12,13 @@ Emulated, with in-memory state:
 - ``GET   /repos/{owner}/{repo}/actions/runs/{run_id}`` (seeded with :meth:`FakeGitHub.add_run`)
 - ``GET   /repos/{owner}/{repo}/pulls/{number}`` (seeded with :meth:`FakeGitHub.add_pull`)
 
+The history, check-run and accept endpoints (:mod:`tests.support.fake_github_more`, shapes as
+GitHub's REST description gives them): workflow runs listed (``branch``, ``event``,
+``status``, ``head_sha`` filters), a run's artifacts and their zip download (a ``302`` to a
+storage URL that needs no credentials), ``compare/{base}...{head}`` and the commits list
+over a seeded commit graph, check runs created and updated (``checks: write``; summary,
+annotations and conclusion validated), issue labels and events, collaborator permission.
+
 Comments created through the API are authored by ``login`` (default
 ``github-actions[bot]``, a Bot). Every request needs ``Authorization: Bearer <token>``
 (else 401). Faults queued with :meth:`FakeGitHub.inject` are served before normal
@@ -43,6 +50,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from tests.support.fake_github_more import BLOB_PREFIX, MoreState, route_more
 
 DEFAULT_TOKEN = "fake-github-token"
 BOT_LOGIN = "github-actions[bot]"
@@ -134,6 +143,7 @@ class FakeGitHub:
         self._runs: dict[_Key, dict] = {}
         self._pulls: dict[_Key, dict] = {}
         self._faults: list[_Fault] = []
+        self.more = MoreState(self)
         self._requests: list[RecordedRequest] = []
         self._request_headers: list[dict[str, str]] = []
         self._next_id = 1_000_001
@@ -303,13 +313,24 @@ class FakeGitHub:
         head_repository: str | None = None,
         pull_requests: tuple[int, ...] = (),
         event: str = "pull_request",
+        head_branch: str = "",
+        conclusion: str = "success",
     ) -> dict:
         """A workflow run as ``GET .../actions/runs/{id}`` returns it. GitHub lists no
-        ``pull_requests`` for a run of a pull request from a fork: leave them out then."""
+        ``pull_requests`` for a run of a pull request from a fork: leave them out then.
+        Runs are listed (``GET .../actions/runs``) newest first, in the order added."""
         head_repository = head_repository or f"{owner}/{repo}"
+        with self._lock:
+            created_at = self._tick()
         run = {
             "id": int(run_id),
+            "name": "observer-ci",
             "event": event,
+            "status": "completed",
+            "conclusion": conclusion,
+            "head_branch": head_branch,
+            "created_at": created_at,
+            "html_url": f"https://github.com/{owner}/{repo}/actions/runs/{run_id}",
             "head_sha": head_sha,
             "head_repository": {"full_name": head_repository},
             "repository": {"full_name": f"{owner}/{repo}"},
@@ -379,6 +400,8 @@ class FakeGitHub:
                 pass  # timed out or stopping: answer anyway
         with self._lock:
             fault = self._take_fault(method, path, query)
+            if fault is None and path.startswith(BLOB_PREFIX):
+                return copy.deepcopy(self.more.blob(path, headers))  # storage: no token
             if fault is None:
                 if headers.get("Authorization") != f"Bearer {self.token}":
                     return _error(401, "Bad credentials")
@@ -423,6 +446,9 @@ class FakeGitHub:
             if not self.user_endpoint:
                 return _error(403, "Resource not accessible by integration")
             return Reply(200, {"login": self.login, "id": 1, "type": _user_type(self.login)})
+        more = route_more(self, method, path, query, data)
+        if more is not None:
+            return more
         if match := _LIST_RE.match(path):
             key = _key(match["owner"], match["repo"], int(match["number"]))
             if method == "GET":
@@ -447,14 +473,20 @@ class FakeGitHub:
         return _error(404, "Not Found")
 
     def _list(self, key: _Key, path: str, query: dict[str, str]) -> Reply:
+        return self.page(self._comments.get(key, []), path, query)
+
+    def page(self, items: list, path: str, query: dict[str, str], wrap: str = "") -> Reply:
+        """One page of ``items`` (``per_page``/``page``, ``Link``); under ``wrap`` with a
+        ``total_count`` when GitHub wraps that list in an object (runs, artifacts)."""
         per_page = min(MAX_PER_PAGE, max(1, _int(query.get("per_page"), DEFAULT_PER_PAGE)))
         page = max(1, _int(query.get("page"), 1))
-        comments = self._comments.get(key, [])
         start = (page - 1) * per_page
-        last = max(1, math.ceil(len(comments) / per_page))
+        last = max(1, math.ceil(len(items) / per_page))
         links = self._links(path, query, per_page, page, last)
         headers = {"Link": links} if links else {}
-        return Reply(200, comments[start : start + per_page], headers)
+        chunk = items[start : start + per_page]
+        body: Any = {"total_count": len(items), wrap: chunk} if wrap else chunk
+        return Reply(200, body, headers)
 
     def _links(self, path: str, query: dict[str, str], per_page: int, page: int, last: int) -> str:
         def link(n: int, rel: str) -> str:
