@@ -31,6 +31,7 @@ from observer_ci.pipeline.causes import (
     explain_missing_kernel,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
+from observer_ci.pipeline.diagnosis import diagnose_graph, needs_diagnosis
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.precision import low_precision_dtype
@@ -336,6 +337,20 @@ class FamilyServer:
             with self.phase("variants"):
                 self.notes += serve_variants(
                     entry, config, sub, flags, session, graph, rows, onnx_path, progress
+                )
+        if needs_diagnosis(rows):  # last: the probe and variants see the model as observed
+            with self.phase("diagnose"):
+                graph.diagnosis = diagnose_graph(
+                    entry.model,
+                    self.method,
+                    sub,
+                    family.indices,
+                    rows,
+                    session,
+                    str(onnx_path),
+                    atol=config.atol,
+                    rtol=config.rtol,
+                    method_name=entry.method_name,
                 )
         return graph, rows
 

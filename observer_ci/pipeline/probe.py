@@ -16,10 +16,18 @@ import torch
 
 from observer_ci.core.dim_names import dim_classes
 from observer_ci.core.errors import error_tail
-from observer_ci.core.results import ProbeResult
+from observer_ci.core.results import Cause, ProbeResult
 from observer_ci.observing.observer import InputObserver
-from observer_ci.pipeline.causes import BrokenDim, explain_probe_failure, explain_probe_mismatch
+from observer_ci.pipeline.causes import (
+    BrokenDim,
+    explain_masked_only,
+    explain_probe_failure,
+    explain_probe_mismatch,
+    probe_sizes,
+)
+from observer_ci.pipeline.diagnosis import uses_fast_path
 from observer_ci.pipeline.diff import flatten_outputs, max_diff
+from observer_ci.pipeline.masks import split_errors
 from observer_ci.pipeline.replay import match_feeds
 
 Plan = dict[tuple[int, int], int]  # (leaf index, dim) -> new size
@@ -146,6 +154,11 @@ def run_probe(
             )
         diff = max_diff(expected, got)
         within = diff.within(atol, rtol)
+        cause = (
+            None
+            if within
+            else _mismatch_cause(method, names, flat, expected, got, shapes, atol, rtol)
+        )
         return ProbeResult(
             ran=True,
             ok=diff.comparable,
@@ -155,7 +168,7 @@ def run_probe(
             abs=diff.abs,
             rel=diff.rel,
             reason=label,
-            cause=None if within else explain_probe_mismatch(shapes, diff.abs),
+            cause=cause,
         )
     return ProbeResult(
         ran=False,
@@ -163,6 +176,28 @@ def run_probe(
         if rejections
         else ("every planned size was already observed"),
     )
+
+
+def _mismatch_cause(
+    method: Callable[..., Any],
+    names: list[str],
+    flat: list[torch.Tensor],
+    expected: list[Any],
+    got: list[Any],
+    shapes: dict[str, list[int]],
+    atol: float,
+    rtol: float,
+) -> Cause:
+    """Padding when the error lies only where the call's mask drops positions (the probe's
+    mask is made up from the observed ones), else what the export sample's sizes decided."""
+    split = split_errors(names, flat, expected, got)
+    if split is not None and split.masked_only(atol, rtol):
+        model = getattr(method, "__self__", method)
+        where = f"at sizes never observed ({probe_sizes(shapes)}) "
+        return explain_masked_only(
+            split.mask, split.masked_abs, split.valid_abs, uses_fast_path(model), where
+        )
+    return explain_probe_mismatch(shapes, max_diff(expected, got).abs)
 
 
 def _broken_dims(
