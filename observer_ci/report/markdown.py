@@ -26,7 +26,9 @@ from observer_ci.core.results import (
     STATUS_OK,
     STATUSES,
     Cause,
+    Diagnosis,
     ExportResult,
+    FirstDivergence,
     GraphResult,
     InputInfo,
     ModelResult,
@@ -454,6 +456,7 @@ class _Renderer:
         blocks = [f"<details><summary>{_status_emoji(model.status)} {summary}</summary>"]
         if model.cause is not None:
             blocks.append(_cause_lines(model.cause))
+        blocks.append(diagnosis_lines(model))
         if model.notes:
             blocks.append("\n".join(f"- ⚠️ {_message(n, 400)}" for n in model.notes))
         facts = [
@@ -705,6 +708,69 @@ def _cause_lines(cause: Cause) -> str:
     if cause.next_step:
         lines.append(f"**Next step:** {_message(cause.next_step, 500)}")
     return "  \n".join(lines)  # two trailing spaces: a hard line break
+
+
+def diagnosis_lines(model: ModelResult) -> str:
+    """What the diagnosis of a model over its tolerance found (issue 19), a line a check."""
+    found = [(None, model.diagnosis)] if model.diagnosis is not None else []
+    if len(model.graphs) > 1:
+        found += [(g.name, g.diagnosis) for g in model.graphs if g.diagnosis is not None]
+    blocks = []
+    for graph, diagnosis in found:
+        assert diagnosis is not None
+        where = f" of graph {_as_code(graph, 80)}" if graph else ""
+        took = f" ({format_seconds(diagnosis.seconds)})" if diagnosis.seconds is not None else ""
+        lines = [f"**Diagnosis{_message(where)}**{took}:"]
+        lines += [f"- {_message(line, 600)}" for line in diagnosis_facts(diagnosis)]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def diagnosis_facts(diagnosis: Diagnosis) -> list[str]:
+    """One message per check of a diagnosis (untrusted parts in code spans): the report's
+    details and ``observer-ci explain`` print these."""
+    facts = []
+    if diagnosis.torch_reproducible is True:
+        facts.append("torch against itself: a re-run reproduces its recorded outputs")
+    elif diagnosis.torch_reproducible is False:
+        figure = f" (max abs {diagnosis.torch_abs:.3g})" if diagnosis.torch_abs is not None else ""
+        why = f": {diagnosis.torch_reason}" if diagnosis.torch_reason else ""
+        facts.append(
+            f"torch against itself: a re-run differs from its recorded outputs{figure}{why}"
+        )
+    if diagnosis.mask_input:
+        kept, dropped = format_float(diagnosis.valid_abs), format_float(diagnosis.masked_abs)
+        facts.append(
+            f"mask {_as_code(diagnosis.mask_input, 80)}: max abs {kept} at the positions it "
+            f"keeps, {dropped} at those it drops"
+        )
+    for label, found in (
+        ("first divergence", diagnosis.first_divergence),
+        ("first divergence at the probe's sizes", diagnosis.probe_divergence),
+    ):
+        if found is not None:
+            facts.append(f"{label}: {_divergence_text(found)}")
+    facts += [f"note: {n}" for n in diagnosis.notes[:4]]
+    return facts
+
+
+def _divergence_text(found: FirstDivergence) -> str:
+    text = _as_code(found.module or "the model", 120)
+    if found.module_class:
+        text += f" ({_as_code(found.module_class, 60)})"
+    if found.onnx_ops:
+        text += " at ONNX " + ", ".join(_as_code(op, 40) for op in found.onnx_ops[:3])
+    if found.abs is not None:
+        text += f", max abs {found.abs:.3g}"
+    if found.call_index is not None:
+        text += f" (call {found.call_index})"
+    if found.source:
+        text += f"; your code: {_as_code(found.source, 200)}"
+    if found.known_case:
+        text += f"; known case: {_as_code(found.known_case, 40)}"
+    if found.next_step:
+        text += f"; next step: {found.next_step}"
+    return text
 
 
 def _as_code(text: str, max_chars: int) -> str:
