@@ -178,7 +178,7 @@ class Snapshot:
         for key, before in self.attributes.items():
             after = now.get(key, _GONE)
             if not same(before, after):
-                found.append(f"`{_dotted(*key)}` ({_brief(before)} → {_brief(after)})")
+                found.append(f"`{_dotted(*key)}` ({_change(before, after)})")
         found += [f"`{_dotted(*key)}` (new attribute)" for key in now if key not in self.attributes]
         for path, buffer in _buffers(self.model):
             if path in self.buffers and not same(self.buffers[path], buffer):
@@ -186,7 +186,7 @@ class Snapshot:
         for (module, name), before in self.globals.items():
             after = vars(sys.modules[module]).get(name, _GONE)
             if not same(before, after):
-                found.append(f"global `{module}.{name}` ({_brief(before)} → {_brief(after)})")
+                found.append(f"global `{module}.{name}` ({_change(before, after)})")
         return found
 
     def restore(self) -> None:
@@ -287,13 +287,22 @@ def same(a: Any, b: Any, depth: int = 0) -> bool:
         return repr(a) == repr(b)
 
 
+def _change(before: Any, after: Any) -> str:
+    """``int 3 → 4``, ``tensor 2×4 → tensor 3×4``, ``None → tensor 2×4``."""
+    if type(before) is type(after) and isinstance(before, (bool, int, float)):
+        return f"{type(before).__name__} {before!r} → {after!r}"
+    return f"{_brief(before)} → {_brief(after)}"
+
+
 def _brief(value: Any) -> str:
     if value is _GONE:
         return "deleted"
     if isinstance(value, torch.Tensor):
         return f"tensor {'×'.join(map(str, value.shape)) or 'scalar'}"
-    if isinstance(value, (bool, int, float)) or value is None:
-        return f"{type(value).__name__} {value!r}" if value is not None else "None"
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, int, float)):
+        return f"{type(value).__name__} {value!r}"
     if isinstance(value, str):
         return repr(value[:20] + ("…" if len(value) > 20 else ""))
     if isinstance(value, (list, tuple, dict, set)):
