@@ -26,9 +26,10 @@ from observer_ci.core.results import (
     GraphResult,
     ModelResult,
     ObservationResult,
+    ProbeResult,
     max_or_none,
 )
-from observer_ci.pipeline.causes import explain_masked_only
+from observer_ci.pipeline.causes import PROBE_FAILURE, explain_masked_only, probe_sizes
 from observer_ci.pipeline.diff import flatten_outputs
 from observer_ci.pipeline.masks import MaskSplit, split_errors
 from observer_ci.pipeline.replay import match_feeds
@@ -185,7 +186,7 @@ def diagnosis_cause(
 ) -> Cause | None:
     """The verdict: torch not reproducing itself first, then padding, then the module."""
     if not check.reproducible:
-        why = f": {check.reason}" if check.reason else " (no reason found)"
+        why = f", likely because {check.reason}" if check.reason else " (no reason found)"
         return Cause(
             TORCH_NOT_REPRODUCIBLE,
             f"torch does not reproduce its own recorded outputs: re-run on the inputs recorded "
@@ -234,6 +235,24 @@ def summarize(result: ModelResult) -> None:
     cause = result.diagnosis.cause if result.diagnosis else None
     if result.status == STATUS_DISCREPANCY and result.cause is None and cause is not None:
         result.cause = cause
+    if result.diagnosis is not None and result.diagnosis.torch_reproducible is False:
+        for graph in result.graphs:
+            _probe_cannot_judge(graph.probe, result.diagnosis)
+
+
+def _probe_cannot_judge(probe: ProbeResult | None, diagnosis: Diagnosis) -> None:
+    """A probe that disagrees with a torch that does not reproduce itself blames no size."""
+    if probe is None or not probe.ok or probe.success or probe.cause is None:
+        return
+    if probe.cause.kind != PROBE_FAILURE:
+        return
+    probe.cause = Cause(
+        TORCH_NOT_REPRODUCIBLE,
+        f"at sizes never observed ({probe_sizes(probe.shapes)}) onnxruntime and torch "
+        "disagree, but torch does not reproduce its own outputs on the observed calls "
+        "either: the probe cannot judge the graph",
+        diagnosis.cause.next_step if diagnosis.cause else None,
+    )
 
 
 def _merged(graphs: list[GraphResult], diagnosed: list[GraphResult]) -> Diagnosis:

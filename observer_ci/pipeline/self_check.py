@@ -34,7 +34,7 @@ def training_modules(model: object) -> list[str]:
     if not isinstance(model, torch.nn.Module):
         return []
     return [
-        f"{path or 'the model'} ({type(m).__name__})"
+        f"`{path}` ({type(m).__name__})" if path else f"the model ({type(m).__name__})"
         for path, m in model.named_modules()
         if isinstance(m, TRAINING_SENSITIVE) and m.training
     ]
@@ -99,11 +99,14 @@ def _reason(
     reasons: list[tuple[str, str]] = []
     training = training_modules(model)
     if training:
-        shown = _listed(training)
-        what = "draw random numbers" if random else "behave differently in it"
+        plural = len(training) > 1
+        if random:
+            what = "draw random numbers" if plural else "draws random numbers"
+        else:
+            what = "behave differently in it" if plural else "behaves differently in it"
         reasons.append(
             (
-                f"the model is in training mode and {shown} {what}",
+                f"the model is in training mode, where {_listed(training)} {what}",
                 "call model.eval() in the observation script before observing",
             )
         )

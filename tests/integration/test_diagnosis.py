@@ -153,6 +153,9 @@ def test_state_on_the_module_is_torch_not_reproducible_naming_the_attribute(run)
     assert m.cause.kind == "torch_not_reproducible"
     assert "the exporter is not to blame" in m.cause.summary
     assert "call counter" in m.cause.next_step
+    # the probe's mismatch blames no size: torch is not reproducible there either
+    assert m.probe.cause.kind == "torch_not_reproducible"
+    assert "a branch on a size" not in m.probe.cause.summary
     regressions, report = _report(run, "counts_calls")
     assert [(r.rule, r.fails_build) for r in regressions] == [("torch_not_reproducible", True)]
     assert "torch does not reproduce its own recorded outputs" in report
@@ -163,8 +166,8 @@ def test_dropout_in_training_mode_keeps_its_note_and_is_named(run):
     assert any("the model was in training mode" in n for n in m.notes)  # kept
     d = m.diagnosis
     assert d.torch_reproducible is False
-    assert "training mode" in d.torch_reason and "1 (Dropout)" in d.torch_reason
-    assert "draw random numbers" in d.torch_reason
+    assert d.torch_reason.startswith("the model is in training mode, where `1` (Dropout)")
+    assert "draws random numbers" in d.torch_reason
     assert "model.eval()" in m.cause.next_step
     assert d.seconds is not None and m.phase_seconds["diagnose"] > 0
 
