@@ -718,30 +718,53 @@ def diagnosis_lines(model: ModelResult) -> str:
     blocks = []
     for graph, diagnosis in found:
         assert diagnosis is not None
-        where = f" of graph {_as_code(graph, 80)}" if graph else ""
+        where = f" of graph {_code(graph, 80)}" if graph else ""
         took = f" ({format_seconds(diagnosis.seconds)})" if diagnosis.seconds is not None else ""
-        lines = [f"**Diagnosis{_message(where)}**{took}:"]
-        lines += [f"- {_message(line, 600)}" for line in diagnosis_facts(diagnosis)]
+        lines = [f"**Diagnosis{where}**{took}:"]
+        lines += [f"- {line}" for line in diagnosis_facts(diagnosis, _code, _message)]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
-def diagnosis_facts(diagnosis: Diagnosis) -> list[str]:
-    """One message per check of a diagnosis (untrusted parts in code spans): the report's
-    details and ``observer-ci explain`` print these."""
+def _code(text: str, max_chars: int) -> str:
+    """Untrusted ``text`` as Markdown: a code span, or escaped text when it holds what a
+    span refuses."""
+    return _message(_as_code(text, max_chars)) if _spannable(text) else _inline(text, max_chars)
+
+
+def _spannable(text: str) -> bool:
+    return not any(c in text for c in SPAN_UNSAFE)
+
+
+def _plain_code(text: str, max_chars: int) -> str:
+    return f"`{truncate(' '.join(text.split()), max_chars)}`"
+
+
+def _plain(text: str, max_chars: int | None = None) -> str:
+    return text
+
+
+def diagnosis_facts(
+    diagnosis: Diagnosis,
+    code: Callable[[str, int], str] = _plain_code,
+    message: Callable[..., str] = _plain,
+) -> list[str]:
+    """One line per check of a diagnosis. ``code`` renders an untrusted name, ``message``
+    one of our messages (whose `code` spans hold the untrusted parts): plain text by
+    default (``observer-ci explain``), escaped Markdown in the report."""
     facts = []
     if diagnosis.torch_reproducible is True:
         facts.append("torch against itself: a re-run reproduces its recorded outputs")
     elif diagnosis.torch_reproducible is False:
         figure = f" (max abs {diagnosis.torch_abs:.3g})" if diagnosis.torch_abs is not None else ""
-        why = f": {diagnosis.torch_reason}" if diagnosis.torch_reason else ""
+        why = f": {message(diagnosis.torch_reason, 400)}" if diagnosis.torch_reason else ""
         facts.append(
             f"torch against itself: a re-run differs from its recorded outputs{figure}{why}"
         )
     if diagnosis.mask_input:
         kept, dropped = format_float(diagnosis.valid_abs), format_float(diagnosis.masked_abs)
         facts.append(
-            f"mask {_as_code(diagnosis.mask_input, 80)}: max abs {kept} at the positions it "
+            f"mask {code(diagnosis.mask_input, 80)}: max abs {kept} at the positions it "
             f"keeps, {dropped} at those it drops"
         )
     for label, found in (
@@ -749,27 +772,29 @@ def diagnosis_facts(diagnosis: Diagnosis) -> list[str]:
         ("first divergence at the probe's sizes", diagnosis.probe_divergence),
     ):
         if found is not None:
-            facts.append(f"{label}: {_divergence_text(found)}")
-    facts += [f"note: {n}" for n in diagnosis.notes[:4]]
+            facts.append(f"{label}: {_divergence_text(found, code, message)}")
+    facts += [f"note: {message(n, 300)}" for n in diagnosis.notes[:4]]
     return facts
 
 
-def _divergence_text(found: FirstDivergence) -> str:
-    text = _as_code(found.module or "the model", 120)
+def _divergence_text(
+    found: FirstDivergence, code: Callable[[str, int], str], message: Callable[..., str]
+) -> str:
+    text = code(found.module or "the model", 120)
     if found.module_class:
-        text += f" ({_as_code(found.module_class, 60)})"
+        text += f" ({code(found.module_class, 60)})"
     if found.onnx_ops:
-        text += " at ONNX " + ", ".join(_as_code(op, 40) for op in found.onnx_ops[:3])
+        text += " at ONNX " + ", ".join(code(op, 40) for op in found.onnx_ops[:3])
     if found.abs is not None:
         text += f", max abs {found.abs:.3g}"
     if found.call_index is not None:
         text += f" (call {found.call_index})"
     if found.source:
-        text += f"; your code: {_as_code(found.source, 200)}"
+        text += f"; your code: {code(found.source, 200)}"
     if found.known_case:
-        text += f"; known case: {_as_code(found.known_case, 40)}"
+        text += f"; known case: {code(found.known_case, 40)}"
     if found.next_step:
-        text += f"; next step: {found.next_step}"
+        text += f"; next step: {message(found.next_step, 400)}"
     return text
 
 
