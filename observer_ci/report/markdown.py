@@ -712,7 +712,9 @@ def _cause_lines(cause: Cause) -> str:
 
 def diagnosis_lines(model: ModelResult) -> str:
     """What the diagnosis of a model over its tolerance found (issue 19), a line a check."""
-    found = [(None, model.diagnosis)] if model.diagnosis is not None else []
+    found: list[tuple[str | None, Diagnosis | None]] = []
+    if model.diagnosis is not None:
+        found.append((None, model.diagnosis))
     if len(model.graphs) > 1:
         found += [(g.name, g.diagnosis) for g in model.graphs if g.diagnosis is not None]
     blocks = []
