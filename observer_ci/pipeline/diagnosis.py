@@ -20,6 +20,7 @@ from observer_ci.core.constants import MASKED_POSITIONS_ONLY, TORCH_NOT_REPRODUC
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import (
     STATUS_DISCREPANCY,
+    STATUS_PROBE_FAILED,
     Cause,
     Diagnosis,
     FirstDivergence,
@@ -65,15 +66,24 @@ def diagnose_graph(
     atol: float,
     rtol: float,
     method_name: str = "forward",
+    probe_call: tuple[Any, ...] | None = None,
 ) -> Diagnosis | None:
     """The diagnosis of one graph from its replayed ``rows`` (model call number -> row;
-    ``indices[local]`` is the call number of ``observer``'s call ``local``); None when every
-    call agrees. Never raises: what could not be checked is a note."""
+    ``indices[local]`` is the call number of ``observer``'s call ``local``) and the
+    ``(args, kwargs, feeds)`` of unseen sizes where the probe disagreed; None when every call
+    and the probe agree. Never raises: what could not be checked is a note."""
     failing = [(k, i) for k, i in enumerate(indices) if i in rows and _failing(rows[i])]
-    if not failing:
+    if not failing and probe_call is None:
         return None
     begin = time.perf_counter()
     diagnosis = Diagnosis()
+    if not failing:  # the observed calls agree: only the probe's sizes to locate
+        args, kwargs, feeds = probe_call  # type: ignore[misc]
+        diagnosis.probe_divergence = _locate(
+            model, onnx_path, args, kwargs, feeds, atol, rtol, method_name, None, diagnosis
+        )
+        diagnosis.seconds = time.perf_counter() - begin
+        return diagnosis if diagnosis.probe_divergence or diagnosis.notes else None
     local, index = max(failing, key=lambda call: _severity(rows[call[1]]))
     observation = observer.observations[local]
     expected = flatten_outputs(observation.outputs)
@@ -86,7 +96,21 @@ def diagnose_graph(
     split, feeds = _mask_split(observer, indices, failing, rows, session, diagnosis)
     if check.reproducible and feeds is not None:
         diagnosis.first_divergence = _locate(
-            model, onnx_path, observation, feeds, atol, rtol, method_name, index, diagnosis
+            model,
+            onnx_path,
+            observation.args,
+            observation.kwargs,
+            feeds,
+            atol,
+            rtol,
+            method_name,
+            index,
+            diagnosis,
+        )
+    if check.reproducible and probe_call is not None:
+        args, kwargs, probe_feeds = probe_call
+        diagnosis.probe_divergence = _locate(
+            model, onnx_path, args, kwargs, probe_feeds, atol, rtol, method_name, None, diagnosis
         )
     diagnosis.cause = diagnosis_cause(diagnosis, check, split, model, index, atol, rtol)
     diagnosis.seconds = time.perf_counter() - begin
@@ -144,15 +168,17 @@ def _mask_split(
 def _locate(
     model: Any,
     onnx_path: str,
-    observation: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     feeds: dict[str, Any],
     atol: float,
     rtol: float,
     method_name: str,
-    index: int,
+    index: int | None,
     diagnosis: Diagnosis,
 ) -> FirstDivergence | None:
-    """The first diverging module (``pipeline/divergence.py``, when installed)."""
+    """The first diverging module (``pipeline/divergence.py``, when installed) on an
+    observed call (``index``) or the probe's sizes (``index`` None)."""
     try:
         from observer_ci.pipeline.divergence import locate_first_divergence
     except ImportError:
@@ -161,14 +187,14 @@ def _locate(
         return locate_first_divergence(
             model,
             str(onnx_path),
-            observation.args,
-            observation.kwargs,
+            args,
+            kwargs,
             feeds,
             atol,
             rtol,
             method_name=method_name,
             call_index=index,
-            where="replay",
+            where="replay" if index is not None else "probe",
         )
     except Exception as e:  # a hint: its failure never changes the verdict
         diagnosis.notes.append(f"first divergence not located: {error_tail(e, 300)}")
@@ -238,6 +264,22 @@ def summarize(result: ModelResult) -> None:
     if result.diagnosis is not None and result.diagnosis.torch_reproducible is False:
         for graph in result.graphs:
             _probe_cannot_judge(graph.probe, result.diagnosis)
+    found = result.diagnosis.probe_divergence if result.diagnosis else None
+    if result.status == STATUS_PROBE_FAILED and result.cause is not None and found is not None:
+        _name_the_module(result.cause, found)
+
+
+def _name_the_module(cause: Cause, found: FirstDivergence) -> None:
+    """A failed probe's cause names the module where the values first part at its sizes."""
+    if cause.kind != PROBE_FAILURE:
+        return
+    ops = f" at ONNX {', '.join(found.onnx_ops[:3])}" if found.onnx_ops else ""
+    cause.summary += (
+        f"; at those sizes the values first part in `{found.module or 'the model'}` "
+        f"({found.module_class}){ops}"
+    )
+    cause.user_frame = cause.user_frame or found.source
+    cause.next_step = found.next_step or cause.next_step
 
 
 def _probe_cannot_judge(probe: ProbeResult | None, diagnosis: Diagnosis) -> None:

@@ -177,6 +177,7 @@ class FamilyServer:
         self.feeds_saved = False
         self.notes: list[str] = []  # for the model's notes
         self.bundle_budget = BUNDLE_MAX_BYTES  # what the model's reproducers may still take
+        self.probe_call: tuple[Any, ...] | None = None  # (args, kwargs, feeds) the probe failed on
 
     def path(self, name: str) -> Path:
         stem = safe_filename(self.entry.name)
@@ -338,7 +339,8 @@ class FamilyServer:
                 self.notes += serve_variants(
                     entry, config, sub, flags, session, graph, rows, onnx_path, progress
                 )
-        if needs_diagnosis(rows):  # last: the probe and variants see the model as observed
+        probe_call, self.probe_call = self.probe_call, None
+        if needs_diagnosis(rows) or probe_call:  # last: the probe and variants came first
             with self.phase("diagnose"):
                 graph.diagnosis = diagnose_graph(
                     entry.model,
@@ -351,6 +353,7 @@ class FamilyServer:
                     atol=config.atol,
                     rtol=config.rtol,
                     method_name=entry.method_name,
+                    probe_call=probe_call,
                 )
         return graph, rows
 
@@ -468,9 +471,13 @@ class FamilyServer:
                     set_batch_dimension_for=flags,
                     atol=self.config.atol,
                     rtol=self.config.rtol,
+                    on_mismatch=self._probe_mismatch,
                 )
             except Exception as e:
                 return ProbeResult(ran=True, ok=False, error=error_tail(e))
+
+    def _probe_mismatch(self, args: tuple[Any, ...], kwargs: dict[str, Any], feeds: Any) -> None:
+        self.probe_call = (args, kwargs, feeds)  # the diagnosis locates the module there
 
     def merge(self, graphs: list[GraphResult]) -> GraphResult | None:
         """``decoder_model_merged``: the two decoder graphs behind one ``If`` with their

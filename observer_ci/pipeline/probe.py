@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from observer_ci.core.constants import MASKED_POSITIONS_ONLY
 from observer_ci.core.dim_names import dim_classes
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import Cause, ProbeResult
@@ -121,8 +122,11 @@ def run_probe(
     set_batch_dimension_for: Any = None,
     atol: float = 1e-4,
     rtol: float = 0.1,
+    on_mismatch: Callable[[tuple[Any, ...], dict[str, Any], dict[str, Any]], None] | None = None,
 ) -> ProbeResult:
-    """Runs the first plan torch eager accepts through onnxruntime and compares."""
+    """Runs the first plan torch eager accepts through onnxruntime and compares;
+    ``on_mismatch(args, kwargs, feeds)`` hears of unseen sizes where they disagree (not only
+    at masked positions): the diagnosis locates the module there."""
     dynamic = observer.dynamic_dims(set_batch_dimension_for)
     if not any(dynamic):
         return ProbeResult(ran=False, reason="no dynamic dimension to probe")
@@ -141,7 +145,8 @@ def run_probe(
             continue
         shapes = {n: list(t.shape) for n, t in zip(names, flat)}
         try:
-            got = session.run(None, match_feeds(onnx_inputs, names, flat))
+            feeds = match_feeds(onnx_inputs, names, flat)
+            got = session.run(None, feeds)
         except Exception as e:
             broken = _broken_dims(observer, method, session, base, plan, set_batch_dimension_for)
             return ProbeResult(
@@ -159,6 +164,8 @@ def run_probe(
             if within
             else _mismatch_cause(method, names, flat, expected, got, shapes, atol, rtol)
         )
+        if cause is not None and cause.kind != MASKED_POSITIONS_ONLY and on_mismatch is not None:
+            on_mismatch(args, kwargs, feeds)
         return ProbeResult(
             ran=True,
             ok=diff.comparable,

@@ -208,3 +208,35 @@ def test_explain_prints_the_diagnosis_and_refuses_an_unknown_model(run, tmp_path
     assert main(["explain", str(path), "nope"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "no model 'nope'" in err and "counts_calls" in err and "linear" in err
+
+
+class TakesAnotherPathWhileExporting(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            return x * 2.0
+        return x * 2.0 + 0.016
+
+
+class ExportOnlyBranch(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Linear(4, 4)
+        self.head = TakesAnotherPathWhileExporting()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stem(x))
+
+
+def test_the_first_divergence_names_the_module_once_the_locator_is_there(tmp_path):
+    pytest.importorskip(
+        "observer_ci.pipeline.divergence",
+        reason="the locator (issue 19, pipeline/divergence.py) lands on another branch",
+    )
+    calls = [((torch.randn(b, 4),), {}) for b in (2, 3)]
+    entry = _observed(ExportOnlyBranch().eval(), calls, "export_only_branch")
+    m = process_model(entry, tmp_path, config=FAST, progress=lambda message: None)
+    assert m.status == STATUS_DISCREPANCY and m.diagnosis.torch_reproducible is True
+    found = m.diagnosis.first_divergence
+    assert found is not None and found.module == "head"
+    assert found.module_class == "TakesAnotherPathWhileExporting"
+    assert m.cause.kind == "first_divergence" and "`head`" in m.cause.summary
