@@ -156,13 +156,19 @@ def _mask_split(
             total = split
         else:
             total.add(split)
-    if total is not None:
-        total.valid_abs = max_or_none([total.valid_abs, *(r.abs for r in unsplit)]) or 0.0
-        total.valid_rel = max_or_none([total.valid_rel, *(r.rel for r in unsplit)]) or 0.0
+    if total is not None:  # a call that could not be compared is an error where it counts
+        total.valid_abs = max_or_none([total.valid_abs, *(_kept_error(r, "abs") for r in unsplit)])
+        total.valid_rel = max_or_none([total.valid_rel, *(_kept_error(r, "rel") for r in unsplit)])
         diagnosis.mask_input = total.mask
         diagnosis.valid_abs, diagnosis.valid_rel = total.valid_abs, total.valid_rel
         diagnosis.masked_abs, diagnosis.masked_rel = total.masked_abs, total.masked_rel
     return total, worst_feeds
+
+
+def _kept_error(row: ObservationResult, metric: str) -> float:
+    """A call without a mask split: its whole error, infinite when not comparable."""
+    value = getattr(row, metric)
+    return float("inf") if not row.ok or value is None else value
 
 
 def _locate(

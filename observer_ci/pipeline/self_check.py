@@ -159,6 +159,11 @@ class Snapshot:
             (path, name): self._copy(value, memo, f"{path}.{name}")
             for path, name, value in _attributes(model)
         }
+        self.identities = {  # a cache reassigned by each call may hold equal values
+            (path, name): id(value)
+            for path, name, value in _attributes(model)
+            if not isinstance(value, _SCALARS)
+        }
         self.buffers = {path: b.detach().clone() for path, b in _buffers(model)}
         self.globals = {
             (module, name): self._copy(value, memo, f"{module}.{name}")
@@ -166,8 +171,8 @@ class Snapshot:
         }
 
     def _copy(self, value: Any, memo: dict[int, Any], where: str) -> Any:
-        if isinstance(value, torch.nn.Module):
-            return value  # a module held outside _modules: compared by identity
+        if _holds_module(value):
+            return value  # modules held outside _modules: compared by identity, not copied
         try:
             return copy.deepcopy(value, memo)
         except Exception:
@@ -182,6 +187,8 @@ class Snapshot:
             after = now.get(key, _GONE)
             if not same(before, after):
                 found.append(f"`{_dotted(*key)}` ({_change(before, after)})")
+            elif key in self.identities and id(after) != self.identities[key]:
+                found.append(f"`{_dotted(*key)}` (reassigned by the call)")
         found += [f"`{_dotted(*key)}` (new attribute)" for key in now if key not in self.attributes]
         for path, buffer in _buffers(self.model):
             if path in self.buffers and not same(self.buffers[path], buffer):
@@ -218,8 +225,18 @@ class Snapshot:
                 namespace[name] = _quiet_copy(value, memo)
 
 
-def _quiet_copy(value: Any, memo: dict[int, Any]) -> Any:
+def _holds_module(value: Any) -> bool:
+    """A module, or a container of modules (a plain list of blocks): never deep-copied."""
     if isinstance(value, torch.nn.Module):
+        return True
+    items = value.values() if isinstance(value, dict) else value
+    if isinstance(value, (list, tuple, set, dict)):
+        return any(isinstance(v, torch.nn.Module) for v in items)
+    return False
+
+
+def _quiet_copy(value: Any, memo: dict[int, Any]) -> Any:
+    if _holds_module(value):
         return value
     try:
         return copy.deepcopy(value, memo)
@@ -248,7 +265,20 @@ def _buffers(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
         yield from model.named_buffers()
 
 
-_PLAIN = (int, float, bool, str, bytes, type(None), list, tuple, dict, set, torch.Tensor)
+_SCALARS = (int, float, bool, str, bytes, type(None))
+_MAX_GLOBAL_ITEMS = 1000
+
+
+def _plain(value: Any) -> bool:
+    """A global worth a snapshot: a number, a string, a tensor, or a small container of
+    numbers and strings (a counter, a list of seen sizes), never a registry of objects."""
+    if isinstance(value, (*_SCALARS, torch.Tensor)):
+        return True
+    if isinstance(value, (list, tuple, set, dict)) and len(value) <= _MAX_GLOBAL_ITEMS:
+        items = list(value.items()) if isinstance(value, dict) else list(value)
+        flat = [x for item in items for x in (item if isinstance(value, dict) else (item,))]
+        return all(isinstance(x, _SCALARS) for x in flat)
+    return False
 
 
 def _globals(model: Any) -> Iterator[tuple[str, str, Any]]:
@@ -261,7 +291,7 @@ def _globals(model: Any) -> Iterator[tuple[str, str, Any]]:
         if module is None or module_name.split(".")[0] in _LIBRARY_PREFIXES:
             continue
         for name, value in list(vars(module).items()):
-            if not name.startswith("__") and isinstance(value, _PLAIN):
+            if not name.startswith("__") and _plain(value):
                 yield module_name, name, value
 
 

@@ -94,3 +94,15 @@ def test_no_mask_no_split():
     assert split_errors(["x"], [torch.zeros(2, 3)], expected, expected) is None
     ones = torch.ones(2, 3, dtype=torch.int64)  # masks nothing
     assert _split(expected, expected, mask=ones) is None
+
+
+def test_outputs_that_cannot_be_compared_are_never_excused():
+    expected = np.zeros((2, 3), dtype=np.float32)
+    masked = expected.copy()
+    masked[0, 2] = 0.5
+    extra = np.ones((2, 3), dtype=np.float32)
+    assert _split([expected], [masked, extra]).valid_abs == np.inf  # count differs
+    assert _split([expected], [masked.astype(np.float64)]).valid_abs == np.inf  # dtype
+    assert _split([expected], [masked[:, :2]]).valid_abs == np.inf  # shape
+    trailing = _split([expected], [masked, np.zeros((0,), dtype=np.float32)])
+    assert trailing.masked_only(1e-4, 1e-2)  # onnxruntime's trailing empty output
