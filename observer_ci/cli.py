@@ -1,4 +1,4 @@
-"""Command line: ``observer-ci run | compare | merge | action``."""
+"""Command line: ``observer-ci run | compare | merge | action | pair | replay | explain``."""
 
 from __future__ import annotations
 
