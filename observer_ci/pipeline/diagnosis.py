@@ -78,10 +78,7 @@ def diagnose_graph(
     begin = time.perf_counter()
     diagnosis = Diagnosis()
     if not failing:  # the observed calls agree: only the probe's sizes to locate
-        args, kwargs, feeds = probe_call  # type: ignore[misc]
-        diagnosis.probe_divergence = _locate(
-            model, onnx_path, args, kwargs, feeds, atol, rtol, method_name, None, diagnosis
-        )
+        _locate_probe(model, onnx_path, probe_call, atol, rtol, method_name, diagnosis)
         diagnosis.seconds = time.perf_counter() - begin
         return diagnosis if diagnosis.probe_divergence or diagnosis.notes else None
     local, index = max(failing, key=lambda call: _severity(rows[call[1]]))
@@ -94,27 +91,31 @@ def diagnose_graph(
     diagnosis.torch_reason = check.reason
     diagnosis.notes.extend(check.notes)
     split, feeds = _mask_split(observer, indices, failing, rows, session, diagnosis)
-    if check.reproducible and feeds is not None:
-        diagnosis.first_divergence = _locate(
-            model,
-            onnx_path,
-            observation.args,
-            observation.kwargs,
-            feeds,
-            atol,
-            rtol,
-            method_name,
-            index,
-            diagnosis,
-        )
-    if check.reproducible and probe_call is not None:
-        args, kwargs, probe_feeds = probe_call
-        diagnosis.probe_divergence = _locate(
-            model, onnx_path, args, kwargs, probe_feeds, atol, rtol, method_name, None, diagnosis
-        )
+    if check.reproducible is not False:  # torch varying by itself: nothing to locate
+        if feeds is not None:
+            call = (observation.args, observation.kwargs, feeds)
+            diagnosis.first_divergence = _locate(
+                model, onnx_path, call, atol, rtol, method_name, index, diagnosis
+            )
+        _locate_probe(model, onnx_path, probe_call, atol, rtol, method_name, diagnosis)
     diagnosis.cause = diagnosis_cause(diagnosis, check, split, model, index, atol, rtol)
     diagnosis.seconds = time.perf_counter() - begin
     return diagnosis
+
+
+def _locate_probe(
+    model: Any,
+    onnx_path: str,
+    probe_call: tuple[Any, ...] | None,
+    atol: float,
+    rtol: float,
+    method_name: str,
+    diagnosis: Diagnosis,
+) -> None:
+    if probe_call is not None:
+        diagnosis.probe_divergence = _locate(
+            model, onnx_path, probe_call, atol, rtol, method_name, None, diagnosis
+        )
 
 
 def _severity(row: ObservationResult) -> float:
@@ -174,17 +175,16 @@ def _kept_error(row: ObservationResult, metric: str) -> float:
 def _locate(
     model: Any,
     onnx_path: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    feeds: dict[str, Any],
+    call: tuple[Any, ...],
     atol: float,
     rtol: float,
     method_name: str,
     index: int | None,
     diagnosis: Diagnosis,
 ) -> FirstDivergence | None:
-    """The first diverging module (``pipeline/divergence.py``, when installed) on an
-    observed call (``index``) or the probe's sizes (``index`` None)."""
+    """The first diverging module (``pipeline/divergence.py``, when installed) on the
+    ``(args, kwargs, feeds)`` of an observed call (``index``) or the probe's (``None``)."""
+    args, kwargs, feeds = call
     try:
         from observer_ci.pipeline.divergence import locate_first_divergence
     except ImportError:
@@ -217,7 +217,7 @@ def diagnosis_cause(
     rtol: float,
 ) -> Cause | None:
     """The verdict: torch not reproducing itself first, then padding, then the module."""
-    if not check.reproducible:
+    if check.reproducible is False:
         why = f", likely because {check.reason}" if check.reason else " (no reason found)"
         return Cause(
             TORCH_NOT_REPRODUCIBLE,

@@ -44,7 +44,7 @@ def training_modules(model: object) -> list[str]:
 class SelfCheck:
     """Outcome of re-running torch on a recorded call."""
 
-    reproducible: bool
+    reproducible: bool | None  # None: the re-run failed, nothing is known
     abs: float | None = None  # max abs between the recorded outputs and the re-run
     reason: str | None = None  # why not (None when reproducible, or when nothing was found)
     next_step: str | None = None
@@ -84,7 +84,7 @@ def check_torch_against_itself(
         state.restore()
     except Exception as e:  # the check is a hint: its failure is a note, never a verdict
         state.restore()
-        return SelfCheck(True, None, notes=[f"torch re-run failed: {error_tail(e, 300)}"])
+        return SelfCheck(None, notes=[f"torch re-run failed: {error_tail(e, 300)}"])
     steady = max_diff(first, again).within(0.0, 0.0)
     random = steady and not max_diff(first, other_seed).within(0.0, 0.0)
     check = SelfCheck(False, diff.abs, notes=state.notes)
