@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
-from observer_ci.core.constants import MARKER
+from observer_ci.core.constants import MARKER, MASKED_POSITIONS_ONLY
 from observer_ci.core.results import (
     STATUS_DISCREPANCY,
     STATUS_OK,
@@ -609,7 +609,14 @@ def _probe_cell(probe: ProbeResult | None) -> str:
         return "not run"
     if probe.success:
         return "✅"
+    if _masked_only(probe):
+        return "⚠️ masked"
     return "❌ tolerance" if probe.ok else "❌ failed"
+
+
+def _masked_only(probe: ProbeResult) -> bool:
+    """The probe's error lies only at positions its mask drops (a warning)."""
+    return probe.cause is not None and probe.cause.kind == MASKED_POSITIONS_ONLY
 
 
 def _dims_cell(export: ExportResult | None) -> str:
@@ -920,6 +927,8 @@ def _probe_line(probe: ProbeResult | None) -> str:
     )
     if probe.success:
         icon = "✅"
+    elif _masked_only(probe):
+        icon = "⚠️ exceeded tolerance only at masked positions"
     elif probe.ok:
         icon = "❌ exceeded tolerance"
     else:

@@ -142,6 +142,7 @@ def test_left_padded_llama_is_masked_only_in_replay_and_probe(run):
     assert {r.rule for r in regressions} == {"masked_positions_only"}
     assert not any(r.fails_build for r in regressions)
     assert "probe_failed" not in report.split("### Details")[0]
+    assert "| ⚠️ masked |" in report  # the summary's probe cell
 
 
 def test_state_on_the_module_is_torch_not_reproducible_naming_the_attribute(run):
