@@ -41,6 +41,7 @@ from observer_ci.core.variants import (
     VARIANT_TOLERANCES,
 )
 from observer_ci.report.changes import op_diff_text, op_set_changed
+from observer_ci.report.escape import SPAN_UNSAFE
 from observer_ci.report.tables import format_bytes, format_seconds, plural
 
 if TYPE_CHECKING:
@@ -422,6 +423,11 @@ def _discrepancy(
         found.append(
             _reg(head, "discrepancy", message, old, value, fail_on, preexisting=preexisting)
         )
+    located = head.diagnosis.first_divergence if head.diagnosis is not None else None
+    if found and located is not None:  # where the values first part (the diagnosis)
+        module = located.module or "the model"
+        shown = module if any(c in module for c in SPAN_UNSAFE) else f"`{module}`"
+        found[0].message += f"; the values first part in {shown}"
     return found
 
 

@@ -48,6 +48,13 @@ def test_kept_positions_over_the_report_limits_stay_a_discrepancy():
     assert _rules(_over(diagnosis=Diagnosis(torch_reproducible=True))) == [("discrepancy", True)]
 
 
+def test_the_discrepancy_names_where_the_values_first_part():
+    located = Diagnosis(True, first_divergence=FirstDivergence("encoder.layers.1.self_attn"))
+    (reg,) = compare(run(_over(diagnosis=located)), None, Thresholds(), DEFAULT_FAIL_ON)
+    assert reg.rule == "discrepancy" and reg.fails_build
+    assert "0.001; the values first part in `encoder.layers.1.self_attn` (also: " in reg.message
+
+
 def test_torch_not_reproducible_gates_under_its_own_rule():
     diagnosis = Diagnosis(torch_reproducible=False, torch_reason="the model is in training mode")
     assert _rules(_over(diagnosis=diagnosis)) == [("torch_not_reproducible", True)]
