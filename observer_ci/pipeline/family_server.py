@@ -11,6 +11,7 @@ from typing import Any
 from observer_ci.core.constants import DEFAULT_OPSET
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import (
+    Diagnosis,
     ExportResult,
     GraphResult,
     ObservationResult,
@@ -339,23 +340,36 @@ class FamilyServer:
                 self.notes += serve_variants(
                     entry, config, sub, flags, session, graph, rows, onnx_path, progress
                 )
-        probe_call, self.probe_call = self.probe_call, None
-        if needs_diagnosis(rows) or probe_call:  # last: the probe and variants came first
-            with self.phase("diagnose"):
-                graph.diagnosis = diagnose_graph(
-                    entry.model,
-                    self.method,
-                    sub,
-                    family.indices,
-                    rows,
-                    session,
-                    str(onnx_path),
-                    atol=config.atol,
-                    rtol=config.rtol,
-                    method_name=entry.method_name,
-                    probe_call=probe_call,
-                )
+        graph.diagnosis = self.diagnose(family, sub, rows, session, onnx_path)
         return graph, rows
+
+    def diagnose(
+        self,
+        family: Family,
+        sub: InputObserver,
+        rows: dict[int, ObservationResult],
+        session: Any,
+        onnx_path: Path,
+    ) -> Diagnosis | None:
+        """Why the graph disagrees, only when it does (last: the probe and the variants ran
+        on the model as observed; the diagnosis restores what its re-runs change)."""
+        probe_call, self.probe_call = self.probe_call, None
+        if not needs_diagnosis(rows) and probe_call is None:
+            return None
+        with self.phase("diagnose"):
+            return diagnose_graph(
+                self.entry.model,
+                self.method,
+                sub,
+                family.indices,
+                rows,
+                session,
+                str(onnx_path),
+                atol=self.config.atol,
+                rtol=self.config.rtol,
+                method_name=self.entry.method_name,
+                probe_call=probe_call,
+            )
 
     @staticmethod
     def _model_fixes_inherited(family: Family, sub: InputObserver, export: ExportResult) -> bool:

@@ -157,31 +157,45 @@ def run_probe(
                 reason=label,
                 cause=explain_probe_failure(error_tail(e), broken),
             )
-        diff = max_diff(expected, got)
-        within = diff.within(atol, rtol)
-        cause = (
-            None
-            if within
-            else _mismatch_cause(method, names, flat, expected, got, shapes, atol, rtol)
-        )
-        if cause is not None and cause.kind != MASKED_POSITIONS_ONLY and on_mismatch is not None:
+        probe = _compared(method, names, flat, expected, got, shapes, atol, rtol, label)
+        located = probe.cause is not None and probe.cause.kind != MASKED_POSITIONS_ONLY
+        if located and on_mismatch is not None:
             on_mismatch(args, kwargs, feeds)
-        return ProbeResult(
-            ran=True,
-            ok=diff.comparable,
-            success=within,
-            error="; ".join(diff.errors) or None,
-            shapes=shapes,
-            abs=diff.abs,
-            rel=diff.rel,
-            reason=label,
-            cause=cause,
-        )
+        return probe
     return ProbeResult(
         ran=False,
         reason="no unseen sizes torch accepts: " + " | ".join(rejections)
         if rejections
         else ("every planned size was already observed"),
+    )
+
+
+def _compared(
+    method: Callable[..., Any],
+    names: list[str],
+    flat: list[torch.Tensor],
+    expected: list[Any],
+    got: list[Any],
+    shapes: dict[str, list[int]],
+    atol: float,
+    rtol: float,
+    label: str,
+) -> ProbeResult:
+    """The probe's verdict from torch's and onnxruntime's outputs at the planned sizes."""
+    diff = max_diff(expected, got)
+    within = diff.within(atol, rtol)
+    return ProbeResult(
+        ran=True,
+        ok=diff.comparable,
+        success=within,
+        error="; ".join(diff.errors) or None,
+        shapes=shapes,
+        abs=diff.abs,
+        rel=diff.rel,
+        reason=label,
+        cause=None
+        if within
+        else _mismatch_cause(method, names, flat, expected, got, shapes, atol, rtol),
     )
 
 
