@@ -76,18 +76,24 @@ def dropped_positions(name: str, value: Any) -> np.ndarray | None:
 def align(dropped: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """``dropped`` broadcast over an output of ``shape``: when its shape prefixes the
     output's (``[batch, seq]`` of ``[batch, seq, hidden]``), or a ``[batch, seq]`` mask
-    whose seq matches exactly one later axis (a cache ``[batch, heads, seq, dim]``)."""
+    over an output whose batch is axis 0 or 1 and whose seq is exactly one other axis
+    (torch's sequence-first ``[seq, batch, hidden]``, a cache ``[batch, heads, seq, dim]``)."""
     k = dropped.ndim
     if tuple(shape[:k]) == dropped.shape:
         return np.broadcast_to(dropped.reshape(dropped.shape + (1,) * (len(shape) - k)), shape)
-    if k != 2 or len(shape) < 3 or shape[0] != dropped.shape[0]:
+    if k != 2 or len(shape) < 2:
         return None
-    axes = [a for a in range(1, len(shape)) if shape[a] == dropped.shape[1]]
-    if len(axes) != 1:
-        return None
-    view = [1] * len(shape)
-    view[0], view[axes[0]] = dropped.shape
-    return np.broadcast_to(dropped.reshape(view), shape)
+    batch, seq = dropped.shape
+    for batch_axis in (0, 1):
+        if shape[batch_axis] != batch:
+            continue
+        seq_axes = [a for a in range(len(shape)) if a != batch_axis and shape[a] == seq]
+        if len(seq_axes) == 1:
+            moved = dropped if batch_axis < seq_axes[0] else dropped.T
+            view = [1] * len(shape)
+            view[min(batch_axis, seq_axes[0])], view[max(batch_axis, seq_axes[0])] = moved.shape
+            return np.broadcast_to(moved.reshape(view), shape)
+    return None
 
 
 def find_mask(

@@ -46,6 +46,9 @@ def test_alignment_over_outputs_prefix_or_one_cache_axis():
     assert hidden.shape == (2, 3, 5) and hidden[0, 0].all() and not hidden[0, 1].any()
     cache = align(dropped, (2, 4, 3, 7))  # [batch, heads, seq, dim]
     assert cache.shape == (2, 4, 3, 7) and cache[0, :, 0].all() and not cache[1].any()
+    seq_first = align(dropped, (3, 2, 5))  # torch's default [seq, batch, hidden]
+    assert seq_first.shape == (3, 2, 5) and seq_first[0, 0].all() and not seq_first[1, 0].any()
+    assert not seq_first[:, 1].any()
     assert align(dropped, (2, 4, 3, 3)) is None  # two axes of size seq: ambiguous
     assert align(dropped, (5, 3)) is None  # another batch
 
