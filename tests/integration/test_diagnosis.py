@@ -77,6 +77,25 @@ def _left_padded_llama():
     return _observed(model, calls, "left_padded_llama")
 
 
+class MaskedButWrongEverywhere(torch.nn.Module):
+    """A padding mask, and a graph wrong at the positions it keeps too: never excused."""
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        y = x * attention_mask.unsqueeze(-1)
+        if torch.compiler.is_exporting():
+            return y * 2.0
+        return y * 2.0 + 0.01
+
+
+def _masked_but_wrong():
+    calls = []
+    for batch, seq in ((2, 5), (3, 7)):
+        attention_mask = torch.ones(batch, seq, dtype=torch.int64)
+        attention_mask[0, :2] = 0
+        calls.append(((torch.randn(batch, seq, 4), attention_mask), {}))
+    return _observed(MaskedButWrongEverywhere().eval(), calls, "masked_but_wrong")
+
+
 def _dropout_in_training():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5)).train()
@@ -91,6 +110,7 @@ def run(tmp_path_factory) -> RunResults:
         _observed(CountsCalls(), [((torch.randn(b, 4),), {}) for b in (2, 3)], "counts_calls"),
         _dropout_in_training(),
         _observed(torch.nn.Linear(4, 3), [((torch.randn(b, 4),), {}) for b in (2, 3)], "linear"),
+        _masked_but_wrong(),
     ]
     try:
         entries.append(_left_padded_llama())
@@ -143,6 +163,16 @@ def test_left_padded_llama_is_masked_only_in_replay_and_probe(run):
     assert not any(r.fails_build for r in regressions)
     assert "probe_failed" not in report.split("### Details")[0]
     assert "| ⚠️ masked |" in report  # the summary's probe cell
+
+
+def test_an_error_at_kept_positions_stays_a_failing_discrepancy(run):
+    m = run.by_name()["masked_but_wrong"]
+    d = m.diagnosis
+    assert d.mask_input == "attention_mask" and d.torch_reproducible is True
+    assert d.valid_abs > 5e-3 and d.masked_abs > 5e-3  # 0.01 everywhere
+    assert m.cause is None or m.cause.kind == "first_divergence"
+    regressions, _ = _report(run, "masked_but_wrong")
+    assert [(r.rule, r.fails_build) for r in regressions] == [("discrepancy", True)]
 
 
 def test_state_on_the_module_is_torch_not_reproducible_naming_the_attribute(run):
