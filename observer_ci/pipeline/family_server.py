@@ -340,7 +340,9 @@ class FamilyServer:
                 self.notes += serve_variants(
                     entry, config, sub, flags, session, graph, rows, onnx_path, progress
                 )
-        graph.diagnosis = self.diagnose(family, sub, rows, session, onnx_path)
+        moving = set(stand_in_failures(graph, rows))  # served again by a graph of their own
+        own = {i: r for i, r in rows.items() if i not in moving}
+        graph.diagnosis = self.diagnose(family, sub, own, session, onnx_path)
         return graph, rows
 
     def diagnose(

@@ -66,7 +66,7 @@ def check_torch_against_itself(
     state = Snapshot(model)
 
     def run(seed: int) -> list[Any]:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with torch.no_grad(), torch.random.fork_rng(devices=_cuda_devices()):
             torch.manual_seed(seed)
             out = method(*structure.clone_tree(args), **structure.clone_tree(kwargs))
             return flatten_outputs(out)
@@ -90,6 +90,14 @@ def check_torch_against_itself(
     check = SelfCheck(False, diff.abs, notes=state.notes)
     check.reason, check.next_step = _reason(model, changed, random, steady)
     return check
+
+
+def _cuda_devices() -> list[int]:
+    """The CUDA devices whose random state the check must restore (none before CUDA is
+    used: asking would initialise it)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return []
+    return list(range(torch.cuda.device_count()))
 
 
 def _reason(
