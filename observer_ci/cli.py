@@ -1,4 +1,4 @@
-"""Command line: ``observer-ci run | compare | merge | action``."""
+"""Command line: ``observer-ci run | compare | merge | action | pair | replay | explain``."""
 
 from __future__ import annotations
 
@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--provider", default="cpu", help="onnxruntime provider: cpu, cuda, tensorrt, ..."
     )
+    explain = sub.add_parser(
+        "explain", help="print why a model of a results.json disagrees (cause, diagnosis)"
+    )
+    explain.add_argument("results", help="a results.json file")
+    explain.add_argument("model", help="the model's name")
     return parser
 
 
@@ -183,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_pair(args)
         if args.command == "replay":
             return cmd_replay(args)
+        if args.command == "explain":
+            return cmd_explain(args)
         from observer_ci.action.main import main as action_main
 
         return action_main(dry_run=args.dry_run)
@@ -336,6 +343,36 @@ def cmd_replay(args: argparse.Namespace) -> int:
             + (" OVER TOLERANCE" if over else "")
         )
     return EXIT_REGRESSION if failing else EXIT_OK
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Prints a model's status, cause and diagnosis; exit 2 for an unknown model."""
+    from observer_ci.core.errors import ANSI_ESCAPE
+    from observer_ci.report.markdown import diagnosis_facts
+
+    models = _read(args.results).by_name()
+    model = models.get(args.model)
+    if model is None:
+        known = ", ".join(sorted(models)[:20]) or "none"
+        raise UsageError(f"{args.results}: no model {args.model!r} (models: {known})")
+    lines = [f"{model.name}: {model.status}" + (f" ({model.script})" if model.script else "")]
+    if model.cause is not None:
+        lines.append(f"cause ({model.cause.kind}): {model.cause.summary}")
+        if model.cause.user_frame:
+            lines.append(f"your code: {model.cause.user_frame}")
+        if model.cause.next_step:
+            lines.append(f"next step: {model.cause.next_step}")
+    found = [("", model.diagnosis)] + [(f" of graph {g.name}", g.diagnosis) for g in model.graphs]
+    diagnosed = [(where, d) for where, d in found if d is not None]
+    for where, diagnosis in diagnosed:
+        took = f" ({diagnosis.seconds:.3g} s)" if diagnosis.seconds is not None else ""
+        lines.append(f"diagnosis{where}{took}:")
+        lines += [f"  - {fact}" for fact in diagnosis_facts(diagnosis)]
+    if not diagnosed:
+        lines.append("no diagnosis: it is made only for a model over its tolerance")
+    for line in lines:  # untrusted text: no terminal escapes
+        print(ANSI_ESCAPE.sub("", line))
+    return EXIT_OK
 
 
 def cmd_pair(args: argparse.Namespace) -> int:

@@ -80,3 +80,9 @@ COMMENT_STATUSES = (
     COMMENT_NOT_A_PULL_REQUEST,
     *PUBLISH_ONLY_COMMENT_STATUSES,
 )
+
+# Why a graph disagrees with torch (issue 19): each is the kind of the model's cause and the
+# name of its rule (report/rules.py). Torch does not reproduce its own recorded outputs (the
+# exporter is not to blame); the error lies only at positions an attention / padding mask drops.
+TORCH_NOT_REPRODUCIBLE = "torch_not_reproducible"
+MASKED_POSITIONS_ONLY = "masked_positions_only"

@@ -22,6 +22,7 @@ SCHEMA_VERSION = 3
 # Versions ``from_dict`` reads: 2 added ``GraphResult.variants`` (older files have none);
 # 3 adds optional fields with defaults (older files load with those defaults):
 #   ModelResult.diagnosis / GraphResult.diagnosis (why a graph disagrees, issue 19);
+#   Diagnosis.torch_abs / valid_rel / masked_rel / cause (the self-check, the mask split);
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
@@ -222,6 +223,10 @@ class Diagnosis:
     probe_divergence: FirstDivergence | None = None  # the same at the probe's unseen size
     seconds: float | None = None  # what the diagnosis cost
     notes: list[str] = field(default_factory=list)  # what could not be checked, and why
+    torch_abs: float | None = None  # max abs between torch's recorded outputs and a re-run
+    valid_rel: float | None = None  # worst rel error over positions the mask keeps
+    masked_rel: float | None = None  # worst rel error over positions the mask drops
+    cause: Cause | None = None  # the verdict: torch_not_reproducible, masked_positions_only...
 
 
 @dataclass
@@ -431,6 +436,7 @@ def _diagnosis_from_dict(data: dict[str, Any] | None) -> Diagnosis | None:
     if diagnosis is not None and data is not None:
         diagnosis.first_divergence = _build(FirstDivergence, data.get("first_divergence"))
         diagnosis.probe_divergence = _build(FirstDivergence, data.get("probe_divergence"))
+        diagnosis.cause = _build(Cause, data.get("cause"))
     return diagnosis
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from observer_ci.core.constants import MASKED_POSITIONS_ONLY
 from observer_ci.core.errors import ANSI_ESCAPE, error_headline, listed
 from observer_ci.core.results import Cause
 from observer_ci.pipeline.graph_warnings import dim_label
@@ -552,9 +553,14 @@ def explain_probe_failure(text: str, broken: Sequence[BrokenDim]) -> Cause:
     return Cause(PROBE_FAILURE, summary, step)
 
 
+def probe_sizes(shapes: dict[str, list[int]]) -> str:
+    """``input_ids 4×10, attention_mask 4×10``: the probe's inputs (four at most)."""
+    return ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in list(shapes.items())[:4])
+
+
 def explain_probe_mismatch(shapes: dict[str, list[int]], abs_error: float | None) -> Cause:
     """onnxruntime ran on unseen sizes but disagrees with torch."""
-    shown = ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in list(shapes.items())[:4])
+    shown = probe_sizes(shapes)
     error = f" (max abs error {abs_error:.3g})" if abs_error is not None else ""
     return Cause(
         PROBE_FAILURE,
@@ -562,6 +568,33 @@ def explain_probe_mismatch(shapes: dict[str, list[int]], abs_error: float | None
         "kept what the export sample's sizes decided (a branch on a size, a clamp, a slice)",
         "look for code that branches on a size (`if x.shape[0] == ...`) and make it "
         "size-independent or use torch.cond; observe calls that take every branch",
+    )
+
+
+def explain_masked_only(
+    mask: str, masked_abs: float, valid_abs: float, fast_path: bool, where: str = ""
+) -> Cause:
+    """An error only at the positions the input ``mask`` drops (``masks.py`` split it);
+    ``fast_path``: the model holds nn.TransformerEncoder / nn.MultiheadAttention."""
+    if fast_path:
+        step = (
+            "torch's fast path for nn.TransformerEncoder / nn.MultiheadAttention (eval, no "
+            "grad) fills padded positions its own way; to compare them too, observe with "
+            "`torch.backends.mha.set_fastpath_enabled(False)` or build the encoder with "
+            "`enable_nested_tensor=False`"
+        )
+    else:
+        step = (
+            "the outputs at padded positions (attention mask 0, e.g. left padding) are "
+            "unused: nothing to fix; add `masked_positions_only` to `fail_on` to fail on "
+            "them anyway"
+        )
+    return Cause(
+        MASKED_POSITIONS_ONLY,
+        f"{where}the error lies only at positions the mask `{mask}` drops (max abs "
+        f"{masked_abs:.3g} there, {valid_abs:.3g} at the positions it keeps): padding, whose "
+        "outputs a caller ignores, not a wrong graph",
+        step,
     )
 
 

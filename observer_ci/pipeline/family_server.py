@@ -11,6 +11,7 @@ from typing import Any
 from observer_ci.core.constants import DEFAULT_OPSET
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import (
+    Diagnosis,
     ExportResult,
     GraphResult,
     ObservationResult,
@@ -31,6 +32,7 @@ from observer_ci.pipeline.causes import (
     explain_missing_kernel,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
+from observer_ci.pipeline.diagnosis import diagnose_graph, needs_diagnosis
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.precision import low_precision_dtype
@@ -176,6 +178,7 @@ class FamilyServer:
         self.feeds_saved = False
         self.notes: list[str] = []  # for the model's notes
         self.bundle_budget = BUNDLE_MAX_BYTES  # what the model's reproducers may still take
+        self.probe_call: tuple[Any, ...] | None = None  # (args, kwargs, feeds) the probe failed on
 
     def path(self, name: str) -> Path:
         stem = safe_filename(self.entry.name)
@@ -337,7 +340,38 @@ class FamilyServer:
                 self.notes += serve_variants(
                     entry, config, sub, flags, session, graph, rows, onnx_path, progress
                 )
+        moving = set(stand_in_failures(graph, rows))  # served again by a graph of their own
+        own = {i: r for i, r in rows.items() if i not in moving}
+        graph.diagnosis = self.diagnose(family, sub, own, session, onnx_path)
         return graph, rows
+
+    def diagnose(
+        self,
+        family: Family,
+        sub: InputObserver,
+        rows: dict[int, ObservationResult],
+        session: Any,
+        onnx_path: Path,
+    ) -> Diagnosis | None:
+        """Why the graph disagrees, only when it does (last: the probe and the variants ran
+        on the model as observed; the diagnosis restores what its re-runs change)."""
+        probe_call, self.probe_call = self.probe_call, None
+        if not needs_diagnosis(rows) and probe_call is None:
+            return None
+        with self.phase("diagnose"):
+            return diagnose_graph(
+                self.entry.model,
+                self.method,
+                sub,
+                family.indices,
+                rows,
+                session,
+                str(onnx_path),
+                atol=self.config.atol,
+                rtol=self.config.rtol,
+                method_name=self.entry.method_name,
+                probe_call=probe_call,
+            )
 
     @staticmethod
     def _model_fixes_inherited(family: Family, sub: InputObserver, export: ExportResult) -> bool:
@@ -453,9 +487,13 @@ class FamilyServer:
                     set_batch_dimension_for=flags,
                     atol=self.config.atol,
                     rtol=self.config.rtol,
+                    on_mismatch=self._probe_mismatch,
                 )
             except Exception as e:
                 return ProbeResult(ran=True, ok=False, error=error_tail(e))
+
+    def _probe_mismatch(self, args: tuple[Any, ...], kwargs: dict[str, Any], feeds: Any) -> None:
+        self.probe_call = (args, kwargs, feeds)  # the diagnosis locates the module there
 
     def merge(self, graphs: list[GraphResult]) -> GraphResult | None:
         """``decoder_model_merged``: the two decoder graphs behind one ``If`` with their

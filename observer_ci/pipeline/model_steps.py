@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import torch
-
+from observer_ci.core.constants import MASKED_POSITIONS_ONLY
 from observer_ci.core.dim_names import name_dims
 from observer_ci.core.errors import error_tail
 from observer_ci.core.logs import progress as progress_line
@@ -19,6 +18,7 @@ from observer_ci.core.results import (
     STATUS_PROBE_FAILED,
     ModelResult,
     ObservationResult,
+    ProbeResult,
     max_or_none,
 )
 from observer_ci.core.tolerances import dtype_tolerance
@@ -38,23 +38,18 @@ from observer_ci.pipeline.causes import (
     explain_exception,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
+from observer_ci.pipeline.diagnosis import summarize as summarize_diagnosis
 from observer_ci.pipeline.dropped_state import fail_dropped_state
 from observer_ci.pipeline.family_server import FamilyServer, stand_in_failures
 from observer_ci.pipeline.graph_warnings import graph_warnings
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.precision import low_precision_dtype
-
-_TRAINING_SENSITIVE = (
-    torch.nn.modules.dropout._DropoutNd,
-    torch.nn.modules.batchnorm._BatchNorm,
-)
+from observer_ci.pipeline.self_check import training_modules
 
 
 def _has_training_behaviour(model: object) -> bool:
     """True when a submodule in training mode behaves differently than in eval mode."""
-    if not isinstance(model, torch.nn.Module):
-        return False
-    return any(isinstance(m, _TRAINING_SENSITIVE) and m.training for m in model.modules())
+    return bool(training_modules(model))
 
 
 def model_notes(entry: registry.ObservedModel) -> list[str]:
@@ -114,6 +109,7 @@ def process_model(
         add_merged_decoder(result, server)
     fail_dropped_state(entry, result)  # a graph without its inputs' state is never ok
     decide(result)
+    summarize_diagnosis(result)
     result.warnings = graph_warnings(result)
     total = sum(v for k, v in result.phase_seconds.items() if k != "script")
     progress(f"{entry.name}: {result.status} ({total:.1f}s)")
@@ -261,13 +257,18 @@ def decide(result: ModelResult) -> None:
             if o.cause is not None and sample is not None:
                 add_sample_difference(o.cause, result.inputs, o.index, sample)
         return
-    probe = next(
-        (g.probe for g in result.graphs if g.probe and g.probe.ran and not g.probe.success),
-        None,
-    )
+    probe = next((g.probe for g in result.graphs if _probe_failed(g.probe)), None)
     if probe is not None:
         result.status, result.error = STATUS_PROBE_FAILED, probe.error
         result.cause = probe.cause
+
+
+def _probe_failed(probe: ProbeResult | None) -> bool:
+    """A probe over the tolerance fails the model, unless only at masked positions (the
+    ``masked_positions_only`` warning says so instead)."""
+    if probe is None or not probe.ran or probe.success:
+        return False
+    return probe.cause is None or probe.cause.kind != MASKED_POSITIONS_ONLY
 
 
 def _status(observations: list[ObservationResult]) -> str:

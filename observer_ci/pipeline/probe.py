@@ -14,12 +14,21 @@ from typing import Any
 
 import torch
 
+from observer_ci.core.constants import MASKED_POSITIONS_ONLY
 from observer_ci.core.dim_names import dim_classes
 from observer_ci.core.errors import error_tail
-from observer_ci.core.results import ProbeResult
+from observer_ci.core.results import Cause, ProbeResult
 from observer_ci.observing.observer import InputObserver
-from observer_ci.pipeline.causes import BrokenDim, explain_probe_failure, explain_probe_mismatch
+from observer_ci.pipeline.causes import (
+    BrokenDim,
+    explain_masked_only,
+    explain_probe_failure,
+    explain_probe_mismatch,
+    probe_sizes,
+)
+from observer_ci.pipeline.diagnosis import uses_fast_path
 from observer_ci.pipeline.diff import flatten_outputs, max_diff
+from observer_ci.pipeline.masks import split_errors
 from observer_ci.pipeline.replay import match_feeds
 
 Plan = dict[tuple[int, int], int]  # (leaf index, dim) -> new size
@@ -113,8 +122,11 @@ def run_probe(
     set_batch_dimension_for: Any = None,
     atol: float = 1e-4,
     rtol: float = 0.1,
+    on_mismatch: Callable[[tuple[Any, ...], dict[str, Any], dict[str, Any]], None] | None = None,
 ) -> ProbeResult:
-    """Runs the first plan torch eager accepts through onnxruntime and compares."""
+    """Runs the first plan torch eager accepts through onnxruntime and compares;
+    ``on_mismatch(args, kwargs, feeds)`` hears of unseen sizes where they disagree (not only
+    at masked positions): the diagnosis locates the module there."""
     dynamic = observer.dynamic_dims(set_batch_dimension_for)
     if not any(dynamic):
         return ProbeResult(ran=False, reason="no dynamic dimension to probe")
@@ -133,7 +145,8 @@ def run_probe(
             continue
         shapes = {n: list(t.shape) for n, t in zip(names, flat)}
         try:
-            got = session.run(None, match_feeds(onnx_inputs, names, flat))
+            feeds = match_feeds(onnx_inputs, names, flat)
+            got = session.run(None, feeds)
         except Exception as e:
             broken = _broken_dims(observer, method, session, base, plan, set_batch_dimension_for)
             return ProbeResult(
@@ -144,25 +157,68 @@ def run_probe(
                 reason=label,
                 cause=explain_probe_failure(error_tail(e), broken),
             )
-        diff = max_diff(expected, got)
-        within = diff.within(atol, rtol)
-        return ProbeResult(
-            ran=True,
-            ok=diff.comparable,
-            success=within,
-            error="; ".join(diff.errors) or None,
-            shapes=shapes,
-            abs=diff.abs,
-            rel=diff.rel,
-            reason=label,
-            cause=None if within else explain_probe_mismatch(shapes, diff.abs),
-        )
+        probe = _compared(method, names, flat, expected, got, shapes, atol, rtol, label)
+        located = probe.cause is not None and probe.cause.kind != MASKED_POSITIONS_ONLY
+        if located and on_mismatch is not None:
+            on_mismatch(args, kwargs, feeds)
+        return probe
     return ProbeResult(
         ran=False,
         reason="no unseen sizes torch accepts: " + " | ".join(rejections)
         if rejections
         else ("every planned size was already observed"),
     )
+
+
+def _compared(
+    method: Callable[..., Any],
+    names: list[str],
+    flat: list[torch.Tensor],
+    expected: list[Any],
+    got: list[Any],
+    shapes: dict[str, list[int]],
+    atol: float,
+    rtol: float,
+    label: str,
+) -> ProbeResult:
+    """The probe's verdict from torch's and onnxruntime's outputs at the planned sizes."""
+    diff = max_diff(expected, got)
+    within = diff.within(atol, rtol)
+    return ProbeResult(
+        ran=True,
+        ok=diff.comparable,
+        success=within,
+        error="; ".join(diff.errors) or None,
+        shapes=shapes,
+        abs=diff.abs,
+        rel=diff.rel,
+        reason=label,
+        cause=None
+        if within
+        else _mismatch_cause(method, names, flat, expected, got, shapes, atol, rtol),
+    )
+
+
+def _mismatch_cause(
+    method: Callable[..., Any],
+    names: list[str],
+    flat: list[torch.Tensor],
+    expected: list[Any],
+    got: list[Any],
+    shapes: dict[str, list[int]],
+    atol: float,
+    rtol: float,
+) -> Cause:
+    """Padding when the error lies only where the call's mask drops positions (the probe's
+    mask is made up from the observed ones), else what the export sample's sizes decided."""
+    split = split_errors(names, flat, expected, got)
+    if split is not None and split.masked_only(atol, rtol):
+        model = getattr(method, "__self__", method)
+        where = f"at sizes never observed ({probe_sizes(shapes)}) "
+        return explain_masked_only(
+            split.mask, split.masked_abs, split.valid_abs, uses_fast_path(model), where
+        )
+    return explain_probe_mismatch(shapes, max_diff(expected, got).abs)
 
 
 def _broken_dims(

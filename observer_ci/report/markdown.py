@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
-from observer_ci.core.constants import MARKER
+from observer_ci.core.constants import MARKER, MASKED_POSITIONS_ONLY
 from observer_ci.core.results import (
     STATUS_DISCREPANCY,
     STATUS_OK,
     STATUSES,
     Cause,
+    Diagnosis,
     ExportResult,
+    FirstDivergence,
     GraphResult,
     InputInfo,
     ModelResult,
@@ -454,6 +456,7 @@ class _Renderer:
         blocks = [f"<details><summary>{_status_emoji(model.status)} {summary}</summary>"]
         if model.cause is not None:
             blocks.append(_cause_lines(model.cause))
+        blocks.append(diagnosis_lines(model))
         if model.notes:
             blocks.append("\n".join(f"- ⚠️ {_message(n, 400)}" for n in model.notes))
         facts = [
@@ -606,7 +609,14 @@ def _probe_cell(probe: ProbeResult | None) -> str:
         return "not run"
     if probe.success:
         return "✅"
+    if _masked_only(probe):
+        return "⚠️ masked"
     return "❌ tolerance" if probe.ok else "❌ failed"
+
+
+def _masked_only(probe: ProbeResult) -> bool:
+    """The probe's error lies only at positions its mask drops (a warning)."""
+    return probe.cause is not None and probe.cause.kind == MASKED_POSITIONS_ONLY
 
 
 def _dims_cell(export: ExportResult | None) -> str:
@@ -705,6 +715,96 @@ def _cause_lines(cause: Cause) -> str:
     if cause.next_step:
         lines.append(f"**Next step:** {_message(cause.next_step, 500)}")
     return "  \n".join(lines)  # two trailing spaces: a hard line break
+
+
+def diagnosis_lines(model: ModelResult) -> str:
+    """What the diagnosis of a model over its tolerance found (issue 19), a line a check."""
+    found: list[tuple[str | None, Diagnosis | None]] = []
+    if model.diagnosis is not None:
+        found.append((None, model.diagnosis))
+    if len(model.graphs) > 1:
+        found += [(g.name, g.diagnosis) for g in model.graphs if g.diagnosis is not None]
+    blocks = []
+    for graph, diagnosis in found:
+        assert diagnosis is not None
+        where = f" of graph {_code(graph, 80)}" if graph else ""
+        took = f" ({format_seconds(diagnosis.seconds)})" if diagnosis.seconds is not None else ""
+        lines = [f"**Diagnosis{where}**{took}:"]
+        lines += [f"- {line}" for line in diagnosis_facts(diagnosis, _code, _message)]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _code(text: str, max_chars: int) -> str:
+    """Untrusted ``text`` as Markdown: a code span, or escaped text when it holds what a
+    span refuses."""
+    return _message(_as_code(text, max_chars)) if _spannable(text) else _inline(text, max_chars)
+
+
+def _spannable(text: str) -> bool:
+    return not any(c in text for c in SPAN_UNSAFE)
+
+
+def _plain_code(text: str, max_chars: int) -> str:
+    return f"`{truncate(' '.join(text.split()), max_chars)}`"
+
+
+def _plain(text: str, max_chars: int | None = None) -> str:
+    return text
+
+
+def diagnosis_facts(
+    diagnosis: Diagnosis,
+    code: Callable[[str, int], str] = _plain_code,
+    message: Callable[..., str] = _plain,
+) -> list[str]:
+    """One line per check of a diagnosis. ``code`` renders an untrusted name, ``message``
+    one of our messages (whose `code` spans hold the untrusted parts): plain text by
+    default (``observer-ci explain``), escaped Markdown in the report."""
+    facts = []
+    if diagnosis.torch_reproducible is True:
+        facts.append("torch against itself: a re-run reproduces its recorded outputs")
+    elif diagnosis.torch_reproducible is False:
+        figure = f" (max abs {diagnosis.torch_abs:.3g})" if diagnosis.torch_abs is not None else ""
+        why = f": {message(diagnosis.torch_reason, 400)}" if diagnosis.torch_reason else ""
+        facts.append(
+            f"torch against itself: a re-run differs from its recorded outputs{figure}{why}"
+        )
+    if diagnosis.mask_input:
+        kept, dropped = format_float(diagnosis.valid_abs), format_float(diagnosis.masked_abs)
+        facts.append(
+            f"mask {code(diagnosis.mask_input, 80)}: max abs {kept} at the positions it "
+            f"keeps, {dropped} at those it drops"
+        )
+    for label, found in (
+        ("first divergence", diagnosis.first_divergence),
+        ("first divergence at the probe's sizes", diagnosis.probe_divergence),
+    ):
+        if found is not None:
+            facts.append(f"{label}: {_divergence_text(found, code, message)}")
+    facts += [f"note: {message(n, 300)}" for n in diagnosis.notes[:4]]
+    return facts
+
+
+def _divergence_text(
+    found: FirstDivergence, code: Callable[[str, int], str], message: Callable[..., str]
+) -> str:
+    text = code(found.module or "the model", 120)
+    if found.module_class:
+        text += f" ({code(found.module_class, 60)})"
+    if found.onnx_ops:
+        text += " at ONNX " + ", ".join(code(op, 40) for op in found.onnx_ops[:3])
+    if found.abs is not None:
+        text += f", max abs {found.abs:.3g}"
+    if found.call_index is not None:
+        text += f" (call {found.call_index})"
+    if found.source:
+        text += f"; your code: {code(found.source, 200)}"
+    if found.known_case:
+        text += f"; known case: {code(found.known_case, 40)}"
+    if found.next_step:
+        text += f"; next step: {message(found.next_step, 400)}"
+    return text
 
 
 def _as_code(text: str, max_chars: int) -> str:
@@ -827,6 +927,8 @@ def _probe_line(probe: ProbeResult | None) -> str:
     )
     if probe.success:
         icon = "✅"
+    elif _masked_only(probe):
+        icon = "⚠️ exceeded tolerance only at masked positions"
     elif probe.ok:
         icon = "❌ exceeded tolerance"
     else:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from observer_ci.core.constants import MASKED_POSITIONS_ONLY, TORCH_NOT_REPRODUCIBLE
 from observer_ci.core.errors import error_headline
 from observer_ci.core.results import (
     STATUS_EXPORT_FAILED,
@@ -40,6 +41,7 @@ from observer_ci.core.variants import (
     VARIANT_TOLERANCES,
 )
 from observer_ci.report.changes import op_diff_text, op_set_changed
+from observer_ci.report.escape import SPAN_UNSAFE
 from observer_ci.report.tables import format_bytes, format_seconds, plural
 
 if TYPE_CHECKING:
@@ -63,6 +65,12 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("export_failed", "status", True, "argument inference or torch.onnx.export failed"),
     Rule("ort_failed", "status", True, "onnxruntime failed on an observed call"),
     Rule("discrepancy", "error", True, "worst abs/rel error over abs_max/rel_max"),
+    Rule(
+        TORCH_NOT_REPRODUCIBLE,
+        "error",
+        True,
+        "over abs_max/rel_max, but torch does not reproduce its own recorded outputs",
+    ),
     Rule("abs_growth", "error", True, "worst abs error grew by more than abs_growth vs base"),
     Rule("rel_growth", "error", True, "worst rel error grew by more than rel_growth vs base"),
     Rule("dynamic_dim_lost", "dim", True, "a dim dynamic in base is static in head"),
@@ -92,6 +100,12 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("stand_in_input", "warning", False, "a replayed call used a stand-in for an input"),
     Rule("dim_static_in_onnx", "warning", False, "an observed dynamic dim is static in ONNX"),
     Rule("probe_seen_size", "warning", False, "the probe failed on a dim seen with one size"),
+    Rule(
+        MASKED_POSITIONS_ONLY,
+        "warning",
+        False,
+        "an error over abs_max/rel_max only at positions an attention / padding mask drops",
+    ),
 )
 RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULE_TABLE}
 RULES: tuple[str, ...] = tuple(RULES_BY_NAME)
@@ -281,8 +295,9 @@ def _compare_model(
     failure = _failure(head, base, fail_on, has_base_run)
     if failure is not None:
         symptoms.append(failure)
-    symptoms.extend(_discrepancy(head, base, th, fail_on))
-    if base is not None:
+    explained = _explained_discrepancy(head, base, th, fail_on)
+    symptoms.extend(explained or _discrepancy(head, base, th, fail_on))
+    if base is not None and not explained:  # growth of an explained error says nothing more
         symptoms.extend(_growth(head, base, th, fail_on))
     probe = _probe(head, base, fail_on)
     if probe is not None:
@@ -403,7 +418,51 @@ def _discrepancy(
         found.append(
             _reg(head, "discrepancy", message, old, value, fail_on, preexisting=preexisting)
         )
+    located = head.diagnosis.first_divergence if head.diagnosis is not None else None
+    if found and located is not None:  # where the values first part (the diagnosis)
+        module = located.module or "the model"
+        shown = module if any(c in module for c in SPAN_UNSAFE) else f"`{module}`"
+        found[0].message += f"; the values first part in {shown}"
     return found
+
+
+def _explained_discrepancy(
+    head: ModelResult, base: ModelResult | None, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """A discrepancy its diagnosis explains, under its own rule: torch not reproducing its
+    own outputs, or an error only at masked positions (the kept ones within the limits)."""
+    diagnosis = head.diagnosis
+    over = _discrepancy(head, base, th, set())
+    if diagnosis is None or not over:
+        return []
+    abs_limit = limit_for(head.tolerance, "abs", th.abs_max)
+    rel_limit = limit_for(head.tolerance, "rel", th.rel_max)
+    figures = "; ".join(r.message.removeprefix(f"{STILL_FAILING}: ") for r in over)
+    preexisting = base is not None and (
+        _exceeds(worst_error(base, "abs"), abs_limit)
+        or _exceeds(worst_error(base, "rel"), rel_limit)
+    )
+    if diagnosis.torch_reproducible is False:
+        rule = TORCH_NOT_REPRODUCIBLE
+        why = f": {diagnosis.torch_reason}" if diagnosis.torch_reason else ""
+        message = f"{figures}, but torch does not reproduce its own recorded outputs{why}"
+    elif (
+        diagnosis.mask_input
+        and not _exceeds(diagnosis.valid_abs, abs_limit)
+        and not _exceeds(diagnosis.valid_rel, rel_limit)
+    ):
+        rule = MASKED_POSITIONS_ONLY
+        message = (
+            f"{figures}, only at positions the mask `{diagnosis.mask_input}` drops (max abs "
+            f"{diagnosis.valid_abs:.3g} at the positions it keeps)"
+        )
+    else:
+        return []
+    if preexisting:
+        message = f"{STILL_FAILING}: {message}"
+    value = worst_error(head, "abs")
+    old = None if base is None else worst_error(base, "abs")
+    return [_reg(head, rule, message, old, value, fail_on, preexisting=preexisting)]
 
 
 def _growth(
@@ -606,13 +665,16 @@ def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Re
         return None
     state = probe.state
     detail = probe.cause.summary if probe.cause else error_headline(probe.error)
+    rule = "probe_failed"
+    if probe.cause is not None and probe.cause.kind == MASKED_POSITIONS_ONLY:
+        rule = MASKED_POSITIONS_ONLY  # padding at the probe's sizes: a warning
     message = f"unseen-shape probe {state}" + (f": {detail}" if detail else "")
     old = base.probe if base is not None else None
     preexisting = old is not None and old.ran and not old.success
     base_value = None if old is None else old.state
     if preexisting:
         message = f"{STILL_FAILING}: {message}"
-    return _reg(head, "probe_failed", message, base_value, state, fail_on, preexisting=preexisting)
+    return _reg(head, rule, message, base_value, state, fail_on, preexisting=preexisting)
 
 
 def variant_problem(variant: VariantResult, th: Thresholds) -> str | None:

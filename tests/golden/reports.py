@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from observer_ci.core.constants import TORCH_NOT_REPRODUCIBLE
 from observer_ci.core.legs import merge_results
-from observer_ci.core.results import Cause, ExportResult, PairedLatency, RunResults
+from observer_ci.core.results import Cause, Diagnosis, ExportResult, PairedLatency, RunResults
 from observer_ci.pipeline.causes import explain_exception
 from observer_ci.report.markdown import render_report
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare
@@ -139,6 +140,29 @@ def failing() -> Golden:
         ),
         observations=_calls(0.9e-3, 2.2e-3, abs_=3.1e-3),
     )
+    stateful = model(
+        "stateful_block",
+        "discrepancy",
+        script="examples/stateful_block.py",
+        observations=[
+            dataclasses.replace(o, success=False) for o in _calls(0.2e-3, 0.5e-3, abs_=0.74)
+        ],
+        diagnosis=Diagnosis(
+            torch_reproducible=False,
+            torch_abs=0.74,
+            torch_reason="the call changed state kept on the model: `block.calls` (int 9 → 10)",
+            seconds=0.0188,
+        ),
+        cause=Cause(
+            TORCH_NOT_REPRODUCIBLE,
+            "torch does not reproduce its own recorded outputs: re-run on the inputs recorded "
+            "for call 0, it differs from them by max abs 0.74, likely because the call changed "
+            "state kept on the model: `block.calls` (int 9 → 10); the ONNX graph is compared "
+            "with those outputs, so the exporter is not to blame",
+            "keep forward free of state that changes its outputs (a call counter, a cache of "
+            "the last input): reset it before each call or pass it as an input",
+        ),
+    )
     hostile = "see #12, GH-7 and octo/models#3 @octocat `rm -rf` $$OK$$ :tada: www.x.io deadbeef1"
     odd = model(
         "script with | pipes",
@@ -154,7 +178,7 @@ def failing() -> Golden:
             "fix the observation script, then run `observer-ci run examples/odd.py`",
         ),
     )
-    head = run(broken, drifting, odd, *_healthy_models()[:1], env=ENV)
+    head = run(broken, drifting, stateful, odd, *_healthy_models()[:1], env=ENV)
     head.commit = HEAD_SHA
     return Golden(head, None)
 

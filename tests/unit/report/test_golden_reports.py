@@ -26,5 +26,9 @@ def test_the_goldens_show_what_each_is_for():
     assert "**Cause:** the model branches on the values inside a tensor" in failing
     assert "Python `if` on them" in failing and "\\`" not in failing.split("### Details")[0]
     assert codes.tags.count("code") >= 6
+    # a diagnosed discrepancy: its own rule, its cause and the diagnosis in the details
+    assert "| stateful_block | torch_not_reproducible |" in failing
+    assert "**Diagnosis** (18.8 ms):" in failing
+    assert "- torch against itself: a re-run differs from its recorded outputs" in failing
     assert "ORT ×base" in baseline and "†" in baseline and "base 410 µs" in baseline
     assert "mlp_classifier (linux-py311) 21 µs" in merged  # a leg's label in the chart
