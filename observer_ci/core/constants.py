@@ -80,3 +80,56 @@ COMMENT_STATUSES = (
     COMMENT_NOT_A_PULL_REQUEST,
     *PUBLISH_ONLY_COMMENT_STATUSES,
 )
+
+# Op semantics where torch and onnxruntime can both be right and still disagree: the ONNX
+# op type of the node where values first part -> the case's key (FirstDivergence.known_case).
+# ``Cast`` counts only from a float to an integer type, ``Div`` only on integers
+# (pipeline/divergence.py checks the dtypes).
+KNOWN_OP_CASES = {
+    "TopK": "topk_ties",
+    "ArgMax": "argmax_ties",
+    "ArgMin": "argmax_ties",
+    "NonZero": "nonzero_order",
+    "Unique": "nonzero_order",
+    "Round": "rounding",
+    "Floor": "rounding",
+    "Ceil": "rounding",
+    "Cast": "rounding",
+    "Div": "rounding",
+    "Resize": "interpolation",
+    "Upsample": "interpolation",
+    "GridSample": "interpolation",
+    "ScatterND": "scatter_duplicates",
+    "ScatterElements": "scatter_duplicates",
+}
+# What to do about each case (the report's next step).
+KNOWN_OP_CASE_NEXT_STEPS = {
+    "topk_ties": (
+        "tied scores: torch and onnxruntime keep a different index among equal values "
+        "(topk/sort/max over ties); break ties in the model (add a tiny index-dependent "
+        "offset to the scores) or compare the selected values rather than the indices"
+    ),
+    "argmax_ties": (
+        "tied maxima: argmax/argmin may return any index among equal values; break ties "
+        "in the model or compare the values rather than the indices"
+    ),
+    "nonzero_order": (
+        "nonzero/unique: the order (or grouping) of the indices differs between backends; "
+        "sort the indices in the model before using them, or compare them as sets"
+    ),
+    "rounding": (
+        "rounding: a float becoming an integer (cast truncates, floor division, round "
+        "half to even) falls on the other side of a boundary; round explicitly "
+        "(torch.floor/torch.round before .long()) or keep the value in float"
+    ),
+    "interpolation": (
+        "interpolation: the resize mode or coordinate convention differs (align_corners, "
+        "nearest rounding, antialias); pass mode and align_corners explicitly to "
+        "F.interpolate, or use a mode both sides implement the same (bilinear, "
+        "align_corners=False)"
+    ),
+    "scatter_duplicates": (
+        "scatter with repeated indices: which write wins is unspecified; make the indices "
+        "unique or use a reduction (scatter_add / index_reduce)"
+    ),
+}

@@ -22,6 +22,7 @@ SCHEMA_VERSION = 3
 # Versions ``from_dict`` reads: 2 added ``GraphResult.variants`` (older files have none);
 # 3 adds optional fields with defaults (older files load with those defaults):
 #   ModelResult.diagnosis / GraphResult.diagnosis (why a graph disagrees, issue 19);
+#   FirstDivergence.op_abs / note (the error at the diverging node, what its line is);
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
@@ -207,6 +208,8 @@ class FirstDivergence:
     next_step: str | None = None
     call_index: int | None = None  # the observed call compared (None for the probe)
     where: str = "replay"  # "replay" or "probe" (an unseen size)
+    op_abs: float | None = None  # the error at the first ONNX node that parts from torch
+    note: str | None = None  # what the line is: "runs only while exporting"...
 
 
 @dataclass

@@ -1,0 +1,598 @@
+"""The first divergence: the earliest module whose output parts from torch's (issue 19).
+
+The dynamo exporter records on every ONNX node the module scopes it was traced in
+(``pkg.torch.onnx.name_scopes``, ``pkg.torch.onnx.class_hierarchy``) and the Python stack
+that produced it (``pkg.torch.onnx.stack_trace``). Here one onnxruntime run on a copy of
+the graph exposing every intermediate value is compared with torch's module outputs
+(forward hooks): walking modules in the order their outputs are produced, the first
+whose output exceeds the tolerance while its inputs agree is the culprit. Inside it, one
+eager re-run of that module records the tensors each source line produced
+(``TorchFunctionMode``) to find the first ONNX node that parts from torch, or a line
+that ran only while exporting; known op semantics (ties, rounding...) are named.
+
+Only for a graph already over its tolerance: a healthy model never gets here.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+from torch.overrides import TorchFunctionMode
+
+from observer_ci.core.constants import KNOWN_OP_CASE_NEXT_STEPS, KNOWN_OP_CASES
+from observer_ci.core.results import FirstDivergence
+from observer_ci.observing import structure
+from observer_ci.pipeline.diff import comparable_array, flatten_outputs, max_diff
+from observer_ci.pipeline.ort_session import make_session
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_THIS_FILE = os.path.abspath(__file__)
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*(?:\n(?P<code>[^\n]*))?')
+_WRAPPER_SCOPE = "wrapped"  # export.as_module's attribute holding the model for a method
+Frame = tuple[str, int, str]  # file, line, code
+
+
+@dataclass
+class _Node:
+    """One ONNX node with what the exporter recorded about where it came from."""
+
+    index: int
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    modules: tuple[str, ...]  # module paths, outermost first ("" is the root)
+    stack: str
+    frame: Frame | None  # the deepest frame outside torch
+
+
+@dataclass
+class _Call:
+    """One module call seen by the hooks, inputs and outputs cloned when they were live."""
+
+    path: str
+    module_class: str
+    run: Any  # what re-runs it: the module, or the observed method for the root
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    inputs: list[torch.Tensor] = field(default_factory=list)
+    outputs: list[torch.Tensor] = field(default_factory=list)
+
+
+def locate_first_divergence(
+    model: torch.nn.Module,
+    onnx_path: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    feeds: dict[str, np.ndarray],
+    abs_max: float,
+    rel_max: float,
+    *,
+    method_name: str = "forward",
+    call_index: int | None = None,
+    where: str = "replay",
+) -> FirstDivergence | None:
+    """The earliest module whose output exceeds the tolerance while its inputs agree, with
+    the ONNX node and source line where the values first part; ``None`` when every module
+    agrees (``rel_max`` is kept for the signature: intermediate values are judged by an
+    absolute error scaled by their magnitude, see :func:`_exceeds`)."""
+    del rel_max
+    proto = onnx.load(onnx_path, load_external_data=False)
+    prefix = _WRAPPER_SCOPE if method_name != "forward" else None
+    nodes = _parse_nodes(proto.graph, prefix)
+    calls = _record_calls(model, method_name, args, kwargs)
+    values = _run_exposed(proto, Path(onnx_path).parent, feeds)
+    values.update(feeds)
+    constants = {i.name for i in proto.graph.initializer}
+    constants |= {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
+    graph_outputs = {o.name for o in proto.graph.output}
+    found = _first_diverging_call(nodes, calls, values, constants, graph_outputs, abs_max)
+    if found is None:
+        return None
+    call, scope, error = found
+    result = FirstDivergence(
+        module=call.path,
+        module_class=call.module_class,
+        abs=error,
+        call_index=call_index,
+        where=where,
+    )
+    _locate_inside(result, call, scope, values, abs_max)
+    return result
+
+
+def locate_probe_divergence(
+    model: torch.nn.Module,
+    onnx_path: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    feeds: dict[str, np.ndarray],
+    abs_max: float,
+    rel_max: float,
+    *,
+    method_name: str = "forward",
+) -> FirstDivergence | None:
+    """The same at the probe's unseen size: ``args``/``kwargs``/``feeds`` as the probe built
+    them (``probe.run_probe``'s ``on_mismatch`` hands them over)."""
+    return locate_first_divergence(
+        model,
+        onnx_path,
+        args,
+        kwargs,
+        feeds,
+        abs_max,
+        rel_max,
+        method_name=method_name,
+        where="probe",
+    )
+
+
+# -- the graph: nodes, scopes, frames ---------------------------------------------------
+
+
+def _parse_nodes(graph: onnx.GraphProto, prefix: str | None) -> list[_Node]:
+    nodes = []
+    for k, node in enumerate(graph.node):
+        meta = {p.key: p.value for p in node.metadata_props}
+        stack = meta.get("pkg.torch.onnx.stack_trace", "")
+        nodes.append(
+            _Node(
+                index=k,
+                name=node.name,
+                op_type=node.op_type,
+                inputs=list(node.input),
+                outputs=[o for o in node.output if o],
+                modules=_module_paths(meta.get("pkg.torch.onnx.name_scopes"), prefix),
+                stack=stack,
+                frame=user_frame(stack),
+            )
+        )
+    return nodes
+
+
+def _module_paths(scopes: str | None, prefix: str | None) -> tuple[str, ...]:
+    """``['', 'blocks.0', 'blocks.0.lin', 'linear']`` -> the module paths (the last entry
+    names the op); a method's wrapper prefix (``wrapped.``) is dropped."""
+    try:
+        names = ast.literal_eval(scopes) if scopes else []
+    except (ValueError, SyntaxError):
+        return ()
+    paths = [str(n) for n in names[:-1]]
+    if prefix is not None:
+        paths = [p[len(prefix) + 1 :] if p.startswith(prefix + ".") else p for p in paths]
+        paths = [p for p in paths if p != prefix]
+    return tuple(dict.fromkeys(paths))
+
+
+def user_frame(stack: str) -> Frame | None:
+    """The deepest frame of an exporter stack trace that is not torch's own code."""
+    frames = [
+        (m["file"], int(m["line"]), (m["code"] or "").strip()) for m in _FRAME.finditer(stack)
+    ]
+    for frame in reversed(frames):
+        if not _is_internal(frame[0]):
+            return frame
+    return None
+
+
+def _is_internal(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_TORCH_DIR) or (
+        os.path.abspath(filename) == _THIS_FILE
+    )
+
+
+def format_frame(frame: Frame) -> str:
+    """``file.py:12: code``, the file relative to the working directory when under it."""
+    path = os.path.abspath(frame[0])
+    relative = os.path.relpath(path)
+    shown = relative if not relative.startswith("..") else os.path.basename(path)
+    return f"{shown}:{frame[1]}: {frame[2]}" if frame[2] else f"{shown}:{frame[1]}"
+
+
+# -- torch: module calls in the order their outputs are produced -------------------------
+
+
+def _record_calls(
+    model: torch.nn.Module, method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> list[_Call]:
+    """Every submodule call (forward hooks) in completion order, the root last."""
+    pending: dict[int, list[_Call]] = {}
+    calls: list[_Call] = []
+
+    def before(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        a, kw = structure.clone_tree(a), structure.clone_tree(kw)
+        call = _Call(names[id(module)], type(module).__name__, module, a, kw)
+        call.inputs = _tensors((a, kw))
+        pending.setdefault(id(module), []).append(call)
+
+    def after(module: torch.nn.Module, _a: Any, output: Any) -> None:
+        call = pending[id(module)].pop()
+        call.outputs = [t.detach().clone() for t in _tensors(output)]
+        calls.append(call)
+
+    names = {id(m): path for path, m in model.named_modules() if path}
+    handles = []
+    for path, module in model.named_modules():
+        if path:
+            handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+            handles.append(module.register_forward_hook(after))
+    method = getattr(model, method_name)
+    root = _Call("", type(model).__name__, method, structure.clone_tree(args), kwargs)
+    root.kwargs = structure.clone_tree(kwargs)
+    root.inputs = _tensors((root.args, root.kwargs))
+    try:
+        with torch.no_grad():
+            output = method(*structure.clone_tree(args), **structure.clone_tree(kwargs))
+    finally:
+        for handle in handles:
+            handle.remove()
+    root.outputs = [t.detach().clone() for t in _tensors(output)]
+    return [*calls, root]
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in flatten_outputs(value) if isinstance(t, torch.Tensor)]
+
+
+# -- onnxruntime: one run exposing every intermediate value ------------------------------
+
+
+def _run_exposed(
+    proto: onnx.ModelProto, source_dir: Path, feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Every node output of the main graph, by name, from one onnxruntime run on a copy of
+    the graph whose outputs include them all (in a temporary folder; external weights
+    are linked there, never copied or loaded)."""
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(proto)
+    graph = exposed.graph
+    known = {v.name: v for v in list(graph.value_info) + list(graph.input)}
+    present = {o.name for o in graph.output}
+    for node in graph.node:
+        for name in node.output:
+            if name and name not in present:
+                present.add(name)
+                graph.output.append(known.get(name) or onnx.ValueInfoProto(name=name))
+    with tempfile.TemporaryDirectory(prefix="observer-ci-divergence-") as tmp:
+        _link_external_data(proto, source_dir, Path(tmp))
+        path = Path(tmp) / "exposed.onnx"
+        onnx.save(exposed, str(path))
+        session = make_session(str(path))
+        names = [o.name for o in session.get_outputs()]
+        wanted = {i.name for i in session.get_inputs()}
+        arrays = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+    return {n: a for n, a in zip(names, arrays) if isinstance(a, np.ndarray)}
+
+
+def _link_external_data(proto: onnx.ModelProto, source_dir: Path, target_dir: Path) -> None:
+    locations = {
+        entry.value
+        for tensor in _all_tensors(proto.graph)
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    for location in locations:
+        target = target_dir / location
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to((source_dir / location).resolve())
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+
+
+# -- modules against their ONNX scopes ---------------------------------------------------
+
+
+def _instances(nodes: list[_Node], calls: list[_Call]) -> dict[int, list[_Node]]:
+    """The ONNX nodes of each call (by its index in ``calls``). A module called more than
+    once shares one scope; its calls are told apart by their stack traces when those
+    differ, otherwise it is left out (its parent is still compared)."""
+    by_path: dict[str, list[_Node]] = {}
+    for node in nodes:
+        for path in node.modules:
+            by_path.setdefault(path, []).append(node)
+    calls_of: dict[str, list[int]] = {}
+    for k, call in enumerate(calls):
+        calls_of.setdefault(call.path, []).append(k)
+    out: dict[int, list[_Node]] = {}
+    for path, indices in calls_of.items():
+        scope = nodes if path == "" else by_path.get(path, [])
+        if not scope:
+            continue
+        if len(indices) == 1:
+            out[indices[0]] = scope
+            continue
+        groups: dict[str, list[_Node]] = {}
+        for node in scope:
+            groups.setdefault(_outer_stack(node, path), []).append(node)
+        if len(groups) == len(indices):
+            out.update(zip(indices, groups.values()))
+    return out
+
+
+def _outer_stack(node: _Node, path: str) -> str:
+    """What tells two calls of one module apart: the frames of the forwards above it (one
+    frame per enclosing module, the root's first), which end at the line calling it."""
+    depth = node.modules.index(path)
+    return repr(_FRAME.findall(node.stack)[:depth])
+
+
+def _boundary(
+    scope: list[_Node], nodes: list[_Node], constants: set[str], graph_outputs: set[str]
+) -> tuple[list[str], list[str]]:
+    """The values a scope consumes from outside it, and those it hands out."""
+    members = {n.index for n in scope}
+    produced = {o for n in scope for o in n.outputs}
+    consumers: dict[str, set[int]] = {}
+    for node in nodes:
+        for name in node.inputs:
+            consumers.setdefault(name, set()).add(node.index)
+    inputs = [i for n in scope for i in n.inputs if i and i not in produced and i not in constants]
+    outputs = [
+        o
+        for n in scope
+        for o in n.outputs
+        if o in graph_outputs or consumers.get(o, set()) - members
+    ]
+    return list(dict.fromkeys(inputs)), outputs
+
+
+def _pair(
+    tensors: list[torch.Tensor], names: list[str], values: dict[str, np.ndarray], last: bool
+) -> list[tuple[torch.Tensor, np.ndarray]]:
+    """Torch tensors paired with ONNX values of the same shape and dtype, in order: the
+    last candidates of each kind for outputs, the first for inputs."""
+    pairs = []
+    by_kind: dict[tuple[Any, ...], list[np.ndarray]] = {}
+    for name in names:
+        if name in values:
+            by_kind.setdefault(_kind(values[name]), []).append(values[name])
+    wanted: dict[tuple[Any, ...], list[torch.Tensor]] = {}
+    for t in tensors:
+        if t.dtype != torch.bfloat16:
+            wanted.setdefault(_torch_kind(t), []).append(t)
+    for kind, group in wanted.items():
+        candidates = by_kind.get(kind, [])
+        if len(candidates) >= len(group):
+            chosen = candidates[-len(group) :] if last else candidates[: len(group)]
+            pairs.extend(zip(group, chosen))
+    return pairs
+
+
+def _kind(array: np.ndarray) -> tuple[Any, ...]:
+    return (tuple(array.shape), array.dtype.str)
+
+
+def _torch_kind(t: torch.Tensor) -> tuple[Any, ...]:
+    if t.dtype == torch.bfloat16:
+        return (tuple(t.shape), "bfloat16")
+    return (tuple(t.shape), torch.empty(0, dtype=t.dtype).numpy().dtype.str)
+
+
+def _error(expected: torch.Tensor | np.ndarray, got: np.ndarray) -> float:
+    diff = max_diff([expected], [got], hist=())
+    return diff.abs if diff.comparable else float("inf")
+
+
+def _exceeds(expected: torch.Tensor | np.ndarray, error: float, abs_max: float) -> bool:
+    """An intermediate value parts from torch when its error is over the absolute
+    tolerance scaled by its magnitude (hidden states of magnitude 100 carry float noise
+    a hundred times an output's)."""
+    array = comparable_array(expected)
+    peak = float(np.abs(array.astype(np.float64)).max()) if array.size else 0.0
+    return error > abs_max * max(1.0, peak if np.isfinite(peak) else 1.0)
+
+
+def _worst(pairs: list[tuple[torch.Tensor, np.ndarray]], abs_max: float) -> tuple[float, bool]:
+    worst, over = 0.0, False
+    for expected, got in pairs:
+        error = _error(expected, got)
+        worst = max(worst, error)
+        over = over or _exceeds(expected, error, abs_max)
+    return worst, over
+
+
+def _first_diverging_call(
+    nodes: list[_Node],
+    calls: list[_Call],
+    values: dict[str, np.ndarray],
+    constants: set[str],
+    graph_outputs: set[str],
+    abs_max: float,
+) -> tuple[_Call, list[_Node], float] | None:
+    """The first call (completion order) over the tolerance whose inputs agree."""
+    instances = _instances(nodes, calls)
+    for k, call in enumerate(calls):
+        scope = instances.get(k)
+        if not scope:
+            continue
+        inputs, outputs = _boundary(scope, nodes, constants, graph_outputs)
+        out_pairs = _pair(call.outputs, outputs, values, last=True)
+        if not out_pairs:
+            continue
+        error, over = _worst(out_pairs, abs_max)
+        if not over:
+            continue
+        _, inputs_over = _worst(_pair(call.inputs, inputs, values, last=False), abs_max)
+        if not inputs_over:
+            return call, scope, error
+    return None
+
+
+# -- inside the diverging module: the first ONNX node that parts from torch ---------------
+
+
+class _LineRecorder(TorchFunctionMode):
+    """The tensors each source line produced in eager torch, keyed by the deepest frame
+    outside torch (the key the exporter's stack traces give every ONNX node)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_line: dict[tuple[str, int], list[torch.Tensor]] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        key = _caller()
+        if key is not None:
+            produced = self.by_line.setdefault(key, [])
+            produced.extend(t.detach().clone() for t in _tensors(out))
+        return out
+
+
+def _caller() -> tuple[str, int] | None:
+    frame = sys._getframe(2)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back  # type: ignore[assignment]
+    return None if frame is None else (os.path.abspath(frame.f_code.co_filename), frame.f_lineno)
+
+
+def _record_lines(call: _Call) -> dict[tuple[str, int], list[torch.Tensor]]:
+    recorder = _LineRecorder()
+    args, kwargs = structure.clone_tree(call.args), structure.clone_tree(call.kwargs)
+    with torch.no_grad(), recorder:
+        call.run(*args, **kwargs)
+    return recorder.by_line
+
+
+@dataclass
+class _Status:
+    state: str  # "agree", "differ", "unmatched" (no torch tensor like it), "export_only"
+    error: float | None = None
+
+
+def _statuses(
+    scope: list[_Node],
+    by_line: dict[tuple[str, int], list[torch.Tensor]],
+    values: dict[str, np.ndarray],
+    abs_max: float,
+) -> dict[int, _Status]:
+    out = {}
+    for node in scope:
+        if node.frame is None:
+            continue
+        produced = by_line.get((os.path.abspath(node.frame[0]), node.frame[1]))
+        if produced is None:
+            out[node.index] = _Status("export_only")
+            continue
+        out[node.index] = _node_status(node, produced, values, abs_max)
+    return out
+
+
+def _node_status(
+    node: _Node, produced: list[torch.Tensor], values: dict[str, np.ndarray], abs_max: float
+) -> _Status:
+    """A node agrees when each output is close to some tensor its line produced in torch."""
+    worst: float | None = None
+    differs = False
+    for name in node.outputs:
+        got = values.get(name)
+        if got is None:
+            continue
+        kind = _kind(got)
+        like = [t for t in produced if _torch_kind(t) == kind]
+        if not like:
+            continue
+        best = min(like, key=lambda t: _error(t, got))
+        error = _error(best, got)
+        worst = error if worst is None else max(worst, error)
+        differs = differs or _exceeds(best, error, abs_max)
+    if worst is None:
+        return _Status("unmatched")
+    return _Status("differ" if differs else "agree", worst)
+
+
+EXPORT_ONLY_NOTE = (
+    "this line runs only while exporting (a branch on torch.compiler.is_exporting(), "
+    "torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()): eager torch never ran it, "
+    "so the graph computes something torch does not; make both branches compute the same"
+)
+
+
+def _locate_inside(
+    result: FirstDivergence,
+    call: _Call,
+    scope: list[_Node],
+    values: dict[str, np.ndarray],
+    abs_max: float,
+) -> None:
+    """Fills the node, source line and known case of a diverging module's call."""
+    try:
+        by_line = _record_lines(call)
+    except Exception as e:  # a module that cannot be re-run alone: the module still stands
+        by_line = {}
+        result.note = f"its lines could not be compared: {type(e).__name__}: {e}"[:300]
+    statuses = _statuses(scope, by_line, values, abs_max)
+    state = {k: s.state for k, s in statuses.items()}
+    framed = [n for n in scope if n.frame is not None]
+    first = next((n for n in framed if state.get(n.index) == "differ"), None)
+    first = first or (framed[-1] if framed else None)
+    if first is None:
+        return
+    producers = {o: n for n in scope for o in n.outputs}
+    branch = _nearest(first, producers, lambda n: state.get(n.index) == "export_only")
+    shown = [branch, first] if branch is not None and branch is not first else [first]
+    result.onnx_ops = [n.op_type for n in shown]
+    result.onnx_nodes = [n.name for n in shown]
+    result.op_abs = statuses[first.index].error if first.index in statuses else None
+    source = branch or first
+    result.source = format_frame(source.frame) if source.frame else None
+    if branch is not None:
+        result.note = EXPORT_ONLY_NOTE
+    known = _nearest(
+        first,
+        producers,
+        lambda n: state.get(n.index) != "agree" and _known_case(n, values) is not None,
+    )
+    if known is not None:
+        result.known_case = _known_case(known, values)
+        result.next_step = KNOWN_OP_CASE_NEXT_STEPS[result.known_case or ""]
+        if known is not first:
+            result.onnx_ops.insert(0, known.op_type)
+            result.onnx_nodes.insert(0, known.name)
+
+
+def _nearest(start: _Node, producers: dict[str, _Node], wanted: Any) -> _Node | None:
+    """``start`` or the nearest of its ancestors inside the scope that is ``wanted``."""
+    seen = {start.index}
+    frontier = [start]
+    while frontier:
+        for node in frontier:
+            if wanted(node):
+                return node
+        following = []
+        for node in frontier:
+            for name in node.inputs:
+                parent = producers.get(name)
+                if parent is not None and parent.index not in seen:
+                    seen.add(parent.index)
+                    following.append(parent)
+        frontier = sorted(following, key=lambda n: -n.index)
+    return None
+
+
+def _known_case(node: _Node, values: dict[str, np.ndarray]) -> str | None:
+    case = KNOWN_OP_CASES.get(node.op_type)
+    if node.op_type in ("Cast", "Div"):
+        source = values.get(node.inputs[0]) if node.inputs else None
+        target = values.get(node.outputs[0]) if node.outputs else None
+        if source is None or target is None or target.dtype.kind not in "iu":
+            return None
+        if node.op_type == "Cast" and source.dtype.kind != "f":
+            return None
+    return case
