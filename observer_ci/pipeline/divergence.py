@@ -333,16 +333,23 @@ def _outer_stack(node: _Node, path: str) -> str:
     return repr(_FRAME.findall(node.stack)[:depth])
 
 
-def _boundary(
-    scope: list[_Node], nodes: list[_Node], constants: set[str], graph_outputs: set[str]
-) -> tuple[list[str], list[str]]:
-    """The values a scope consumes from outside it, and those it hands out."""
-    members = {n.index for n in scope}
-    produced = {o for n in scope for o in n.outputs}
+def _consumers(nodes: list[_Node]) -> dict[str, set[int]]:
     consumers: dict[str, set[int]] = {}
     for node in nodes:
         for name in node.inputs:
             consumers.setdefault(name, set()).add(node.index)
+    return consumers
+
+
+def _boundary(
+    scope: list[_Node],
+    consumers: dict[str, set[int]],
+    constants: set[str],
+    graph_outputs: set[str],
+) -> tuple[list[str], list[str]]:
+    """The values a scope consumes from outside it, and those it hands out."""
+    members = {n.index for n in scope}
+    produced = {o for n in scope for o in n.outputs}
     inputs = [i for n in scope for i in n.inputs if i and i not in produced and i not in constants]
     outputs = [
         o
@@ -418,11 +425,12 @@ def _first_diverging_call(
 ) -> tuple[_Call, list[_Node], float] | None:
     """The first call (completion order) over the tolerance whose inputs agree."""
     instances = _instances(nodes, calls)
+    consumers = _consumers(nodes)
     for k, call in enumerate(calls):
         scope = instances.get(k)
         if not scope:
             continue
-        inputs, outputs = _boundary(scope, nodes, constants, graph_outputs)
+        inputs, outputs = _boundary(scope, consumers, constants, graph_outputs)
         out_pairs = _pair(call.outputs, outputs, values, last=True)
         if not out_pairs:
             continue
@@ -472,7 +480,7 @@ def _record_lines(call: _Call) -> dict[tuple[str, int], list[torch.Tensor]]:
 
 @dataclass
 class _Status:
-    state: str  # "agree", "differ", "unmatched" (no torch tensor like it), "export_only"
+    state: str  # "agree", "differ", "unmatched" (no torch tensor like it), "unrun" (no call)
     error: float | None = None
 
 
@@ -482,46 +490,76 @@ def _statuses(
     values: dict[str, np.ndarray],
     abs_max: float,
 ) -> dict[int, _Status]:
+    consumers: dict[str, list[_Node]] = {}
+    for node in scope:
+        for name in node.inputs:
+            consumers.setdefault(name, []).append(node)
     out = {}
     for node in scope:
         if node.frame is None:
             continue
-        produced = by_line.get((os.path.abspath(node.frame[0]), node.frame[1]))
+        produced = by_line.get(_line_key(node.frame))
         if produced is None:
-            out[node.index] = _Status("export_only")
+            out[node.index] = _Status("unrun")
             continue
-        out[node.index] = _node_status(node, produced, values, abs_max)
+        leaving = [o for o in node.outputs if _leaves_line(node, consumers.get(o, []))]
+        out[node.index] = _node_status(node, leaving, produced, values, abs_max)
     return out
 
 
+def _line_key(frame: Frame) -> tuple[str, int]:
+    return os.path.abspath(frame[0]), frame[1]
+
+
+def _leaves_line(node: _Node, consumers: list[_Node]) -> bool:
+    """A value used past its own source line (or by none in the scope): what torch also
+    holds. Values inside one line (an op decomposed: rsqrt as Sqrt then Reciprocal) may
+    have no torch counterpart and are never blamed."""
+    assert node.frame is not None
+    key = _line_key(node.frame)
+    return not consumers or any(c.frame is None or _line_key(c.frame) != key for c in consumers)
+
+
 def _node_status(
-    node: _Node, produced: list[torch.Tensor], values: dict[str, np.ndarray], abs_max: float
+    node: _Node,
+    leaving: list[str],
+    produced: list[torch.Tensor],
+    values: dict[str, np.ndarray],
+    abs_max: float,
 ) -> _Status:
-    """A node agrees when each output is close to some tensor its line produced in torch."""
+    """A node agrees when an output is close to a tensor its line produced in torch; it
+    differs when an output used past its line is close to none of them."""
     worst: float | None = None
     differs = False
     for name in node.outputs:
         got = values.get(name)
-        if got is None:
+        like = [] if got is None else [t for t in produced if _torch_kind(t) == _kind(got)]
+        if got is None or not like:
             continue
-        kind = _kind(got)
-        like = [t for t in produced if _torch_kind(t) == kind]
-        if not like:
+        error = min(_error(t, got) for t in like)
+        over = any(_exceeds(t, error, abs_max) for t in like if _error(t, got) == error)
+        if over and name not in leaving:
             continue
-        best = min(like, key=lambda t: _error(t, got))
-        error = _error(best, got)
         worst = error if worst is None else max(worst, error)
-        differs = differs or _exceeds(best, error, abs_max)
+        differs = differs or over
     if worst is None:
         return _Status("unmatched")
     return _Status("differ" if differs else "agree", worst)
 
 
-EXPORT_ONLY_NOTE = (
-    "this line runs only while exporting (a branch on torch.compiler.is_exporting(), "
-    "torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()): eager torch never ran it, "
-    "so the graph computes something torch does not; make both branches compute the same"
-)
+# What a line the graph holds but eager torch did not run means, by where it was compared.
+UNRUN_LINE_NOTES = {
+    "replay": (
+        "eager torch did not run this line for this call: the graph holds a branch torch "
+        "did not take (torch.compiler.is_exporting(), torch.onnx.is_in_onnx_export(), or a "
+        "condition on values fixed at export); make both branches compute the same"
+    ),
+    "probe": (
+        "eager torch did not run this line at the unseen size: the graph holds the branch "
+        "the observed sizes took (a condition on a size fixed at export); write the branch "
+        "with torch.where / torch.cond, or observe sizes on both sides of it"
+    ),
+}
 
 
 def _locate_inside(
@@ -545,7 +583,7 @@ def _locate_inside(
     if first is None:
         return
     producers = {o: n for n in scope for o in n.outputs}
-    branch = _nearest(first, producers, lambda n: state.get(n.index) == "export_only")
+    branch = _nearest(first, producers, lambda n: state.get(n.index) == "unrun")
     shown = [branch, first] if branch is not None and branch is not first else [first]
     result.onnx_ops = [n.op_type for n in shown]
     result.onnx_nodes = [n.name for n in shown]
@@ -553,7 +591,7 @@ def _locate_inside(
     source = branch or first
     result.source = format_frame(source.frame) if source.frame else None
     if branch is not None:
-        result.note = EXPORT_ONLY_NOTE
+        result.note = UNRUN_LINE_NOTES.get(result.where, UNRUN_LINE_NOTES["replay"])
     known = _nearest(
         first,
         producers,

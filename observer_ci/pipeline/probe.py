@@ -113,8 +113,11 @@ def run_probe(
     set_batch_dimension_for: Any = None,
     atol: float = 1e-4,
     rtol: float = 0.1,
+    on_mismatch: Callable[[tuple[Any, ...], dict[str, Any], dict[str, Any]], None] | None = None,
 ) -> ProbeResult:
-    """Runs the first plan torch eager accepts through onnxruntime and compares."""
+    """Runs the first plan torch eager accepts through onnxruntime and compares.
+    ``on_mismatch(args, kwargs, feeds)`` is handed the unseen-size inputs when the values
+    disagree (``divergence.locate_probe_divergence`` takes them as they are)."""
     dynamic = observer.dynamic_dims(set_batch_dimension_for)
     if not any(dynamic):
         return ProbeResult(ran=False, reason="no dynamic dimension to probe")
@@ -133,7 +136,8 @@ def run_probe(
             continue
         shapes = {n: list(t.shape) for n, t in zip(names, flat)}
         try:
-            got = session.run(None, match_feeds(onnx_inputs, names, flat))
+            feeds = match_feeds(onnx_inputs, names, flat)
+            got = session.run(None, feeds)
         except Exception as e:
             broken = _broken_dims(observer, method, session, base, plan, set_batch_dimension_for)
             return ProbeResult(
@@ -144,24 +148,38 @@ def run_probe(
                 reason=label,
                 cause=explain_probe_failure(error_tail(e), broken),
             )
-        diff = max_diff(expected, got)
-        within = diff.within(atol, rtol)
-        return ProbeResult(
-            ran=True,
-            ok=diff.comparable,
-            success=within,
-            error="; ".join(diff.errors) or None,
-            shapes=shapes,
-            abs=diff.abs,
-            rel=diff.rel,
-            reason=label,
-            cause=None if within else explain_probe_mismatch(shapes, diff.abs),
-        )
+        result = _compared(expected, got, shapes, label, atol, rtol)
+        if not result.success and on_mismatch is not None:
+            on_mismatch(args, kwargs, feeds)
+        return result
     return ProbeResult(
         ran=False,
         reason="no unseen sizes torch accepts: " + " | ".join(rejections)
         if rejections
         else ("every planned size was already observed"),
+    )
+
+
+def _compared(
+    expected: list[Any],
+    got: list[Any],
+    shapes: dict[str, list[int]],
+    label: str,
+    atol: float,
+    rtol: float,
+) -> ProbeResult:
+    diff = max_diff(expected, got)
+    within = diff.within(atol, rtol)
+    return ProbeResult(
+        ran=True,
+        ok=diff.comparable,
+        success=within,
+        error="; ".join(diff.errors) or None,
+        shapes=shapes,
+        abs=diff.abs,
+        rel=diff.rel,
+        reason=label,
+        cause=None if within else explain_probe_mismatch(shapes, diff.abs),
     )
 
 
