@@ -16,6 +16,7 @@ Only for a graph already over its tolerance: a healthy model never gets here.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import sys
@@ -91,12 +92,12 @@ def locate_first_divergence(
     proto = onnx.load(onnx_path, load_external_data=False)
     prefix = _WRAPPER_SCOPE if method_name != "forward" else None
     nodes = _parse_nodes(proto.graph, prefix)
-    calls = _record_calls(model, method_name, args, kwargs)
-    values = _run_exposed(proto, Path(onnx_path).parent, feeds)
-    values.update(feeds)
     constants = {i.name for i in proto.graph.initializer}
     constants |= {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
     graph_outputs = {o.name for o in proto.graph.output}
+    calls = _record_calls(model, method_name, args, kwargs)
+    values = _run_exposed(proto, Path(onnx_path).parent, feeds)
+    values.update(feeds)
     found = _first_diverging_call(nodes, calls, values, constants, graph_outputs, abs_max)
     if found is None:
         return None
@@ -165,9 +166,12 @@ def _module_paths(scopes: str | None, prefix: str | None) -> tuple[str, ...]:
     """``['', 'blocks.0', 'blocks.0.lin', 'linear']`` -> the module paths (the last entry
     names the op); a method's wrapper prefix (``wrapped.``) is dropped."""
     try:
-        names = ast.literal_eval(scopes) if scopes else []
-    except (ValueError, SyntaxError):
-        return ()
+        names = json.loads(scopes.replace("'", '"')) if scopes else []
+    except ValueError:
+        try:
+            names = ast.literal_eval(scopes or "[]")
+        except (ValueError, SyntaxError):
+            return ()
     paths = [str(n) for n in names[:-1]]
     if prefix is not None:
         paths = [p[len(prefix) + 1 :] if p.startswith(prefix + ".") else p for p in paths]
@@ -211,7 +215,7 @@ def _record_calls(
     calls: list[_Call] = []
 
     def before(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
-        a, kw = structure.clone_tree(a), structure.clone_tree(kw)
+        a, kw = _clone(a), _clone(kw)
         call = _Call(names[id(module)], type(module).__name__, module, a, kw)
         call.inputs = _tensors((a, kw))
         pending.setdefault(id(module), []).append(call)
@@ -241,6 +245,15 @@ def _record_calls(
     return [*calls, root]
 
 
+def _clone(value: Any) -> Any:
+    """``structure.clone_tree``, with the common case (plain tensors) without pytrees."""
+    if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(v.detach().clone() for v in value)
+    if isinstance(value, dict) and not value:
+        return {}
+    return structure.clone_tree(value)
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     return [t for t in flatten_outputs(value) if isinstance(t, torch.Tensor)]
 
@@ -251,12 +264,10 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 def _run_exposed(
     proto: onnx.ModelProto, source_dir: Path, feeds: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """Every node output of the main graph, by name, from one onnxruntime run on a copy of
-    the graph whose outputs include them all (in a temporary folder; external weights
-    are linked there, never copied or loaded)."""
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(proto)
-    graph = exposed.graph
+    """Every node output of the main graph, by name, from one onnxruntime run of the graph
+    with them all as outputs (``proto`` is changed so). Weights stored beside the graph
+    are linked into a temporary folder with the changed graph, never copied or loaded."""
+    graph = proto.graph
     known = {v.name: v for v in list(graph.value_info) + list(graph.input)}
     present = {o.name for o in graph.output}
     for node in graph.node:
@@ -265,17 +276,19 @@ def _run_exposed(
                 present.add(name)
                 graph.output.append(known.get(name) or onnx.ValueInfoProto(name=name))
     with tempfile.TemporaryDirectory(prefix="observer-ci-divergence-") as tmp:
-        _link_external_data(proto, source_dir, Path(tmp))
-        path = Path(tmp) / "exposed.onnx"
-        onnx.save(exposed, str(path))
-        session = make_session(str(path))
+        source: Any = proto
+        if _link_external_data(proto, source_dir, Path(tmp)):
+            source = str(Path(tmp) / "exposed.onnx")
+            onnx.save(proto, source)
+        session = make_session(source)
         names = [o.name for o in session.get_outputs()]
         wanted = {i.name for i in session.get_inputs()}
         arrays = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
     return {n: a for n, a in zip(names, arrays) if isinstance(a, np.ndarray)}
 
 
-def _link_external_data(proto: onnx.ModelProto, source_dir: Path, target_dir: Path) -> None:
+def _link_external_data(proto: onnx.ModelProto, source_dir: Path, target_dir: Path) -> bool:
+    """Links the files of the weights stored beside the graph; False when there are none."""
     locations = {
         entry.value
         for tensor in _all_tensors(proto.graph)
@@ -286,6 +299,7 @@ def _link_external_data(proto: onnx.ModelProto, source_dir: Path, target_dir: Pa
         target = target_dir / location
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to((source_dir / location).resolve())
+    return bool(locations)
 
 
 def _all_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
@@ -393,7 +407,20 @@ def _torch_kind(t: torch.Tensor) -> tuple[Any, ...]:
 
 
 def _error(expected: torch.Tensor | np.ndarray, got: np.ndarray) -> float:
-    diff = max_diff([expected], [got], hist=())
+    """The largest absolute difference; NaN and infinities as ``diff.max_diff`` counts
+    them (an infinite error when they differ), the common finite case in one pass."""
+    e = comparable_array(expected)
+    if e.shape != got.shape:
+        return float("inf")
+    if e.size == 0:
+        return 0.0
+    if e.dtype.kind != "f" or got.dtype.kind != "f":
+        e, got = e.astype(np.float64), got.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = float(np.max(np.abs(e - got)))
+    if np.isfinite(error):
+        return error
+    diff = max_diff([e], [got], hist=())
     return diff.abs if diff.comparable else float("inf")
 
 
@@ -401,8 +428,11 @@ def _exceeds(expected: torch.Tensor | np.ndarray, error: float, abs_max: float) 
     """An intermediate value parts from torch when its error is over the absolute
     tolerance scaled by its magnitude (hidden states of magnitude 100 carry float noise
     a hundred times an output's)."""
+    if error <= abs_max:
+        return False
     array = comparable_array(expected)
-    peak = float(np.abs(array.astype(np.float64)).max()) if array.size else 0.0
+    with np.errstate(invalid="ignore"):
+        peak = float(np.max(np.abs(array))) if array.size else 0.0
     return error > abs_max * max(1.0, peak if np.isfinite(peak) else 1.0)
 
 
@@ -536,8 +566,8 @@ def _node_status(
         like = [] if got is None else [t for t in produced if _torch_kind(t) == _kind(got)]
         if got is None or not like:
             continue
-        error = min(_error(t, got) for t in like)
-        over = any(_exceeds(t, error, abs_max) for t in like if _error(t, got) == error)
+        error, best = min((_error(t, got), k) for k, t in enumerate(like))
+        over = _exceeds(like[best], error, abs_max)
         if over and name not in leaving:
             continue
         worst = error if worst is None else max(worst, error)
