@@ -16,6 +16,7 @@ Only for a graph already over its tolerance: a healthy model never gets here.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import re
@@ -64,6 +65,7 @@ class _Call:
 
     path: str
     module_class: str
+    module: torch.nn.Module
     run: Any  # what re-runs it: the module, or the observed method for the root
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
@@ -190,10 +192,10 @@ def user_frame(stack: str) -> Frame | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_internal(filename: str) -> bool:
-    return os.path.abspath(filename).startswith(_TORCH_DIR) or (
-        os.path.abspath(filename) == _THIS_FILE
-    )
+    path = os.path.abspath(filename)
+    return path.startswith(_TORCH_DIR) or path == _THIS_FILE
 
 
 def format_frame(frame: Frame) -> str:
@@ -216,7 +218,7 @@ def _record_calls(
 
     def before(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
         a, kw = _clone(a), _clone(kw)
-        call = _Call(names[id(module)], type(module).__name__, module, a, kw)
+        call = _Call(names[id(module)], type(module).__name__, module, module, a, kw)
         call.inputs = _tensors((a, kw))
         pending.setdefault(id(module), []).append(call)
 
@@ -232,8 +234,7 @@ def _record_calls(
             handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
             handles.append(module.register_forward_hook(after))
     method = getattr(model, method_name)
-    root = _Call("", type(model).__name__, method, structure.clone_tree(args), kwargs)
-    root.kwargs = structure.clone_tree(kwargs)
+    root = _Call("", type(model).__name__, model, method, _clone(args), _clone(kwargs))
     root.inputs = _tensors((root.args, root.kwargs))
     try:
         with torch.no_grad():
@@ -477,8 +478,10 @@ def _first_diverging_call(
 
 
 class _LineRecorder(TorchFunctionMode):
-    """The tensors each source line produced in eager torch, keyed by the deepest frame
-    outside torch (the key the exporter's stack traces give every ONNX node)."""
+    """The tensors produced under each source line in eager torch: a tensor counts for
+    every frame of the re-run module's code on the stack (the exporter's stack traces
+    keep the module forwards' frames but not always the helpers they call, so an ONNX
+    node's deepest frame may be the forward's line calling a helper)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -486,18 +489,44 @@ class _LineRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
-        key = _caller()
-        if key is not None:
-            produced = self.by_line.setdefault(key, [])
-            produced.extend(t.detach().clone() for t in _tensors(out))
+        produced = [t.detach().clone() for t in _tensors(out)]
+        for key in _callers(sys._getframe(1)):
+            self.by_line.setdefault(key, []).extend(produced)
         return out
 
 
-def _caller() -> tuple[str, int] | None:
-    frame = sys._getframe(2)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
-        frame = frame.f_back  # type: ignore[assignment]
-    return None if frame is None else (os.path.abspath(frame.f_code.co_filename), frame.f_lineno)
+def _callers(frame: Any) -> list[tuple[str, int]]:
+    """The (file, line) of every frame outside torch up to :func:`_record_lines`."""
+    keys = []
+    while frame is not None and frame.f_code is not _record_lines.__code__:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            keys.append((_absolute(filename), frame.f_lineno))
+        frame = frame.f_back
+    return list(dict.fromkeys(keys))
+
+
+@functools.lru_cache(maxsize=1024)
+def _absolute(filename: str) -> str:
+    return os.path.abspath(filename)
+
+
+def _code_ranges(call: _Call) -> dict[str, list[tuple[int, int]]]:
+    """The lines of the forwards the re-run of ``call`` runs (its own and its submodules'):
+    where a line with no eager tensor is one torch did not run, not one it cannot see."""
+    functions = [call.run, *(type(m).forward for m in call.module.modules())]
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    for function in functions:
+        code = getattr(getattr(function, "__func__", function), "__code__", None)
+        if code is None or _is_internal(code.co_filename):
+            continue
+        last = max((line for _, _, line in code.co_lines() if line), default=code.co_firstlineno)
+        ranges.setdefault(_absolute(code.co_filename), []).append((code.co_firstlineno, last))
+    return ranges
+
+
+def _in_ranges(key: tuple[str, int], ranges: dict[str, list[tuple[int, int]]]) -> bool:
+    return any(first <= key[1] <= last for first, last in ranges.get(key[0], []))
 
 
 def _record_lines(call: _Call) -> dict[tuple[str, int], list[torch.Tensor]]:
@@ -517,6 +546,7 @@ class _Status:
 def _statuses(
     scope: list[_Node],
     by_line: dict[tuple[str, int], list[torch.Tensor]],
+    ranges: dict[str, list[tuple[int, int]]],
     values: dict[str, np.ndarray],
     abs_max: float,
 ) -> dict[int, _Status]:
@@ -528,9 +558,10 @@ def _statuses(
     for node in scope:
         if node.frame is None:
             continue
-        produced = by_line.get(_line_key(node.frame))
+        key = _line_key(node.frame)
+        produced = by_line.get(key)
         if produced is None:
-            out[node.index] = _Status("unrun")
+            out[node.index] = _Status("unrun" if _in_ranges(key, ranges) else "unmatched")
             continue
         leaving = [o for o in node.outputs if _leaves_line(node, consumers.get(o, []))]
         out[node.index] = _node_status(node, leaving, produced, values, abs_max)
@@ -538,7 +569,7 @@ def _statuses(
 
 
 def _line_key(frame: Frame) -> tuple[str, int]:
-    return os.path.abspath(frame[0]), frame[1]
+    return _absolute(frame[0]), frame[1]
 
 
 def _leaves_line(node: _Node, consumers: list[_Node]) -> bool:
@@ -605,7 +636,7 @@ def _locate_inside(
     except Exception as e:  # a module that cannot be re-run alone: the module still stands
         by_line = {}
         result.note = f"its lines could not be compared: {type(e).__name__}: {e}"[:300]
-    statuses = _statuses(scope, by_line, values, abs_max)
+    statuses = _statuses(scope, by_line, _code_ranges(call), values, abs_max)
     state = {k: s.state for k, s in statuses.items()}
     framed = [n for n in scope if n.frame is not None]
     first = next((n for n in framed if state.get(n.index) == "differ"), None)
