@@ -380,7 +380,7 @@ def _pair(
 ) -> list[tuple[torch.Tensor, np.ndarray]]:
     """Torch tensors paired with ONNX values of the same shape and dtype, in order: the
     last candidates of each kind for outputs, the first for inputs."""
-    pairs = []
+    pairs: list[tuple[torch.Tensor, np.ndarray]] = []
     by_kind: dict[tuple[Any, ...], list[np.ndarray]] = {}
     for name in names:
         if name in values:
@@ -487,7 +487,7 @@ class _LineRecorder(TorchFunctionMode):
         super().__init__()
         self.by_line: dict[tuple[str, int], list[torch.Tensor]] = {}
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         produced = [t.detach().clone() for t in _tensors(out)]
         for key in _callers(sys._getframe(1)):
