@@ -33,6 +33,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from observer_ci.core.constants import KNOWN_OP_CASE_NEXT_STEPS, KNOWN_OP_CASES
+from observer_ci.core.errors import error_tail
 from observer_ci.core.results import FirstDivergence
 from observer_ci.observing import structure
 from observer_ci.pipeline.diff import comparable_array, flatten_outputs, max_diff
@@ -139,6 +140,38 @@ def locate_probe_divergence(
         method_name=method_name,
         where="probe",
     )
+
+
+@dataclass
+class ProbeLocator:
+    """``probe.run_probe``'s ``on_mismatch``: locates the first divergence at the probe's
+    unseen size with the inputs the probe built. Never raises (the probe's verdict stands
+    without it): a failure is kept in ``error``."""
+
+    model: torch.nn.Module
+    onnx_path: str
+    abs_max: float
+    rel_max: float
+    method_name: str = "forward"
+    found: FirstDivergence | None = None
+    error: str | None = None
+
+    def __call__(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], feeds: dict[str, np.ndarray]
+    ) -> None:
+        try:
+            self.found = locate_probe_divergence(
+                self.model,
+                self.onnx_path,
+                args,
+                kwargs,
+                feeds,
+                self.abs_max,
+                self.rel_max,
+                method_name=self.method_name,
+            )
+        except Exception as e:
+            self.error = f"the first divergence at the unseen size was not located: {error_tail(e)}"
 
 
 # -- the graph: nodes, scopes, frames ---------------------------------------------------

@@ -17,7 +17,7 @@ import torch
 
 from observer_ci.core.constants import DEFAULT_OPSET, KNOWN_OP_CASE_NEXT_STEPS
 from observer_ci.observing.observer import InputObserver
-from observer_ci.pipeline.divergence import locate_first_divergence, locate_probe_divergence
+from observer_ci.pipeline.divergence import ProbeLocator, locate_first_divergence
 from observer_ci.pipeline.export import as_module
 from observer_ci.pipeline.onnx_exporter import onnx_export
 from observer_ci.pipeline.probe import run_probe
@@ -250,12 +250,10 @@ def test_the_probe_names_the_block_whose_size_branch_the_graph_fixed(tmp_path):
     path = export(
         model, args, tmp_path, kwargs=kwargs, dynamic_shapes=observer.infer_dynamic_shapes()
     )
-    handed = []
-    probe = run_probe(
-        observer, model, ort.InferenceSession(path), on_mismatch=lambda *a: handed.append(a)
-    )
-    assert probe.ran and probe.success is False and len(handed) == 1
-    found = locate_probe_divergence(model, path, *handed[0], ATOL, RTOL)
+    locator = ProbeLocator(model, path, ATOL, RTOL)
+    probe = run_probe(observer, model, ort.InferenceSession(path), on_mismatch=locator)
+    assert probe.ran and probe.success is False and locator.error is None
+    found = locator.found
     assert found is not None and found.where == "probe" and found.call_index is None
     assert (found.module, found.module_class) == ("blocks.1", "SizeBranch")
     assert source_line(found.source) == (THIS_FILE, line_of("# the observed sizes' side"))
@@ -281,3 +279,29 @@ def test_a_method_graph_with_external_weights_is_located(tmp_path):
     )
     assert found is not None
     assert (found.module, found.module_class) == ("body.blocks.0", "Block")
+
+
+def test_a_probe_locator_keeps_its_failure_as_data(tmp_path):
+    locator = ProbeLocator(Stack().eval(), str(tmp_path / "missing.onnx"), ATOL, RTOL)
+    x = torch.randn(5, 8)
+    locator((x,), {}, {"x": x.numpy()})
+    assert locator.found is None and "not located" in locator.error
+
+
+class Shared(torch.nn.Module):
+    """One block called twice from two lines, wrong each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block(check=exporting)
+
+    def forward(self, x):
+        x = self.block(x)
+        return self.block(x) * 2
+
+
+def test_a_module_called_twice_is_told_apart_by_its_calling_line(tmp_path):
+    found = locate(Shared().eval(), torch.randn(2, 8), tmp_path)
+    assert found is not None
+    assert (found.module, found.module_class) == ("block", "Block")
+    assert source_line(found.source) == (THIS_FILE, line_of("# export-only branch"))
