@@ -598,6 +598,8 @@ def _statuses(
             continue
         leaving = [o for o in node.outputs if _leaves_line(node, consumers.get(o, []))]
         out[node.index] = _node_status(node, leaving, produced, values, abs_max)
+        if out[node.index].state == "differ":
+            break  # the first one is all the search needs (later nodes are not judged)
     return out
 
 
@@ -627,11 +629,10 @@ def _node_status(
     differs = False
     for name in node.outputs:
         got = values.get(name)
-        like = [] if got is None else [t for t in produced if _torch_kind(t) == _kind(got)]
-        if got is None or not like:
+        closest = None if got is None else _closest(got, produced, abs_max)
+        if closest is None:
             continue
-        error, best = min((_error(t, got), k) for k, t in enumerate(like))
-        over = _exceeds(like[best], error, abs_max)
+        error, over = closest
         if over and name not in leaving:
             continue
         worst = error if worst is None else max(worst, error)
@@ -639,6 +640,23 @@ def _node_status(
     if worst is None:
         return _Status("unmatched")
     return _Status("differ" if differs else "agree", worst)
+
+
+def _closest(
+    got: np.ndarray, produced: list[torch.Tensor], abs_max: float
+) -> tuple[float, bool] | None:
+    """The smallest error of ``got`` against the tensors of its kind, and whether none of
+    them is within the tolerance (stops at the first that is)."""
+    kind = _kind(got)
+    smallest: float | None = None
+    for t in produced:
+        if _torch_kind(t) != kind:
+            continue
+        error = _error(t, got)
+        smallest = error if smallest is None else min(smallest, error)
+        if not _exceeds(t, error, abs_max):
+            return error, False
+    return None if smallest is None else (smallest, True)
 
 
 # What a line the graph holds but eager torch did not run means, by where it was compared.
@@ -668,7 +686,7 @@ def _locate_inside(
         by_line = _record_lines(call)
     except Exception as e:  # a module that cannot be re-run alone: the module still stands
         by_line = {}
-        result.note = f"its lines could not be compared: {type(e).__name__}: {e}"[:300]
+        result.note = f"its lines could not be compared: {error_tail(e, 300)}"
     statuses = _statuses(scope, by_line, _code_ranges(call), values, abs_max)
     state = {k: s.state for k, s in statuses.items()}
     framed = [n for n in scope if n.frame is not None]
