@@ -102,8 +102,17 @@ KNOWN_OP_CASES = {
     "ScatterND": "scatter_duplicates",
     "ScatterElements": "scatter_duplicates",
 }
+# Not an op: eager torch ran the diverging module on nested tensors (the fast path of
+# nn.TransformerEncoder / MultiheadAttention with a padding mask), zeros at padded positions.
+PADDING_FAST_PATH = "padding_fast_path"
 # What to do about each case (the report's next step).
 KNOWN_OP_CASE_NEXT_STEPS = {
+    PADDING_FAST_PATH: (
+        "eager torch took its padding fast path (nested tensors): padded positions are "
+        "zeros in torch and computed in the graph; compare valid positions only, or build "
+        "nn.TransformerEncoder with enable_nested_tensor=False (or call "
+        "torch.backends.mha.set_fastpath_enabled(False)) so torch computes them too"
+    ),
     "topk_ties": (
         "tied scores: torch and onnxruntime keep a different index among equal values "
         "(topk/sort/max over ties); break ties in the model (add a tiny index-dependent "

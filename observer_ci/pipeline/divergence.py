@@ -31,11 +31,15 @@ import numpy as np
 import onnx
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 
-from observer_ci.core.constants import KNOWN_OP_CASE_NEXT_STEPS, KNOWN_OP_CASES
+from observer_ci.core.constants import (
+    KNOWN_OP_CASE_NEXT_STEPS,
+    KNOWN_OP_CASES,
+    PADDING_FAST_PATH,
+)
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import FirstDivergence
-from observer_ci.observing import structure
 from observer_ci.pipeline.diff import comparable_array, flatten_outputs, max_diff
 from observer_ci.pipeline.ort_session import make_session
 
@@ -72,6 +76,7 @@ class _Call:
     kwargs: dict[str, Any]
     inputs: list[torch.Tensor] = field(default_factory=list)
     outputs: list[torch.Tensor] = field(default_factory=list)
+    nested: bool = False  # it, or a module inside it, ran on nested tensors (fast path)
 
 
 def locate_first_divergence(
@@ -113,6 +118,9 @@ def locate_first_divergence(
         where=where,
     )
     _locate_inside(result, call, scope, values, abs_max)
+    if call.nested and result.known_case is None:
+        result.known_case = PADDING_FAST_PATH
+        result.next_step = KNOWN_OP_CASE_NEXT_STEPS[PADDING_FAST_PATH]
     return result
 
 
@@ -191,7 +199,7 @@ def _parse_nodes(graph: onnx.GraphProto, prefix: str | None) -> list[_Node]:
                 outputs=[o for o in node.output if o],
                 modules=_module_paths(meta.get("pkg.torch.onnx.name_scopes"), prefix),
                 stack=stack,
-                frame=user_frame(stack),
+                frame=user_frame(stack) or _deepest_frame(stack),
             )
         )
     return nodes
@@ -225,6 +233,15 @@ def user_frame(stack: str) -> Frame | None:
     return None
 
 
+def _deepest_frame(stack: str) -> Frame | None:
+    """A torch module's own line, when no frame of the trace is the user's."""
+    found = list(_FRAME.finditer(stack))
+    if not found:
+        return None
+    m = found[-1]
+    return m["file"], int(m["line"]), (m["code"] or "").strip()
+
+
 @functools.lru_cache(maxsize=1024)
 def _is_internal(filename: str) -> bool:
     path = os.path.abspath(filename)
@@ -248,16 +265,19 @@ def _record_calls(
     """Every submodule call (forward hooks) in completion order, the root last."""
     pending: dict[int, list[_Call]] = {}
     calls: list[_Call] = []
+    nested: set[str] = set()
 
     def before(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
-        a, kw = _clone(a), _clone(kw)
+        a, kw = _clone((a, kw)) if kw else (_clone(a), {})
         call = _Call(names[id(module)], type(module).__name__, module, module, a, kw)
         call.inputs = _tensors((a, kw))
         pending.setdefault(id(module), []).append(call)
 
-    def after(module: torch.nn.Module, _a: Any, output: Any) -> None:
+    def after(module: torch.nn.Module, a: Any, output: Any) -> None:
         call = pending[id(module)].pop()
         call.outputs = [t.detach().clone() for t in _tensors(output)]
+        if _has_nested((a, output)):
+            nested.add(call.path)
         calls.append(call)
 
     names = {id(m): path for path, m in model.named_modules() if path}
@@ -267,29 +287,49 @@ def _record_calls(
             handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
             handles.append(module.register_forward_hook(after))
     method = getattr(model, method_name)
-    root = _Call("", type(model).__name__, model, method, _clone(args), _clone(kwargs))
+    root = _Call("", type(model).__name__, model, method, *_clone((args, kwargs)))
     root.inputs = _tensors((root.args, root.kwargs))
     try:
         with torch.no_grad():
-            output = method(*structure.clone_tree(args), **structure.clone_tree(kwargs))
+            a, kw = _clone((args, kwargs))
+            output = method(*a, **kw)
     finally:
         for handle in handles:
             handle.remove()
     root.outputs = [t.detach().clone() for t in _tensors(output)]
+    for call in (*calls, root):
+        call.nested = any(p == call.path or p.startswith(call.path) for p in nested)
     return [*calls, root]
 
 
 def _clone(value: Any) -> Any:
-    """``structure.clone_tree``, with the common case (plain tensors) without pytrees."""
+    """Every tensor of a nested structure copied (detached) once: a tensor passed twice
+    stays one tensor (``MultiheadAttention`` checks ``query is key``)."""
+    copies: dict[int, torch.Tensor] = {}
+
+    def copy(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        if id(t) not in copies:
+            copies[id(t)] = t.detach().clone()
+        return copies[id(t)]
+
     if isinstance(value, tuple) and all(isinstance(v, torch.Tensor) for v in value):
-        return tuple(v.detach().clone() for v in value)
+        return tuple(copy(v) for v in value)
     if isinstance(value, dict) and not value:
         return {}
-    return structure.clone_tree(value)
+    return pytree.tree_map(copy, value)
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
-    return [t for t in flatten_outputs(value) if isinstance(t, torch.Tensor)]
+    """The tensor leaves; a nested tensor (the fast path of ``nn.TransformerEncoder`` with
+    a padding mask) as its padded form, zeros where the mask drops positions."""
+    leaves = [t for t in flatten_outputs(value) if isinstance(t, torch.Tensor)]
+    return [t.to_padded_tensor(0.0) if t.is_nested else t for t in leaves]
+
+
+def _has_nested(value: Any) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.is_nested for t in flatten_outputs(value))
 
 
 # -- onnxruntime: one run exposing every intermediate value ------------------------------
@@ -564,7 +604,7 @@ def _in_ranges(key: tuple[str, int], ranges: dict[str, list[tuple[int, int]]]) -
 
 def _record_lines(call: _Call) -> dict[tuple[str, int], list[torch.Tensor]]:
     recorder = _LineRecorder()
-    args, kwargs = structure.clone_tree(call.args), structure.clone_tree(call.kwargs)
+    args, kwargs = _clone((call.args, call.kwargs))
     with torch.no_grad(), recorder:
         call.run(*args, **kwargs)
     return recorder.by_line
@@ -682,8 +722,8 @@ def _locate_inside(
     abs_max: float,
 ) -> None:
     """Fills the node, source line and known case of a diverging module's call."""
-    try:
-        by_line = _record_lines(call)
+    try:  # a fast path on nested tensors cannot run under a TorchFunctionMode: not re-run
+        by_line = {} if call.nested else _record_lines(call)
     except Exception as e:  # a module that cannot be re-run alone: the module still stands
         by_line = {}
         result.note = f"its lines could not be compared: {error_tail(e, 300)}"

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from observer_ci.core.constants import DEFAULT_OPSET, KNOWN_OP_CASE_NEXT_STEPS
+from observer_ci.core.constants import DEFAULT_OPSET, KNOWN_OP_CASE_NEXT_STEPS, PADDING_FAST_PATH
 from observer_ci.observing.observer import InputObserver
 from observer_ci.pipeline.divergence import ProbeLocator, locate_first_divergence
 from observer_ci.pipeline.export import as_module
@@ -305,3 +305,18 @@ def test_a_module_called_twice_is_told_apart_by_its_calling_line(tmp_path):
     assert found is not None
     assert (found.module, found.module_class) == ("block", "Block")
     assert source_line(found.source) == (THIS_FILE, line_of("# export-only branch"))
+
+
+def test_the_padding_fast_path_is_named_at_the_first_attention(tmp_path):
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2).eval()  # nested tensors by default
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])  # the second row padded
+    kwargs = {"src_key_padding_mask": mask}
+    path = export(model, (x,), tmp_path, kwargs=kwargs)
+    feeds = feeds_of(path, [x, mask])
+    found = locate_first_divergence(model, path, (x,), kwargs, feeds, ATOL, RTOL)
+    assert found is not None
+    assert (found.module, found.module_class) == ("layers.0.self_attn", "MultiheadAttention")
+    assert found.known_case == PADDING_FAST_PATH
+    assert "enable_nested_tensor=False" in found.next_step
