@@ -105,6 +105,8 @@ KNOWN_OP_CASES = {
 # Not an op: eager torch ran the diverging module on nested tensors (the fast path of
 # nn.TransformerEncoder / MultiheadAttention with a padding mask), zeros at padded positions.
 PADDING_FAST_PATH = "padding_fast_path"
+# Not an op: the first module parting from torch does so only at positions a mask drops.
+MASKED_POSITIONS = "masked_positions"
 # What to do about each case (the report's next step).
 KNOWN_OP_CASE_NEXT_STEPS = {
     PADDING_FAST_PATH: (
@@ -112,6 +114,11 @@ KNOWN_OP_CASE_NEXT_STEPS = {
         "zeros in torch and computed in the graph; compare valid positions only, or build "
         "nn.TransformerEncoder with enable_nested_tensor=False (or call "
         "torch.backends.mha.set_fastpath_enabled(False)) so torch computes them too"
+    ),
+    MASKED_POSITIONS: (
+        "the values part only at positions the mask drops (padding, or rows that attend "
+        "to nothing): kept positions agree; compare kept positions only, or give padded "
+        "positions a defined value in the model (e.g. zero them after attention)"
     ),
     "topk_ties": (
         "tied scores: torch and onnxruntime keep a different index among equal values "

@@ -36,6 +36,7 @@ from torch.utils import _pytree as pytree
 from observer_ci.core.constants import (
     KNOWN_OP_CASE_NEXT_STEPS,
     KNOWN_OP_CASES,
+    MASKED_POSITIONS,
     PADDING_FAST_PATH,
 )
 from observer_ci.core.errors import error_tail
@@ -65,6 +66,13 @@ class _Node:
 
 
 @dataclass
+class _Graph:
+    nodes: list[_Node]
+    constants: set[str]  # initializers and Constant outputs: never a module's input
+    outputs: set[str]
+
+
+@dataclass
 class _Call:
     """One module call seen by the hooks, inputs and outputs cloned when they were live."""
 
@@ -91,22 +99,30 @@ def locate_first_divergence(
     method_name: str = "forward",
     call_index: int | None = None,
     where: str = "replay",
+    valid: np.ndarray | None = None,
 ) -> FirstDivergence | None:
     """The earliest module whose output exceeds the tolerance while its inputs agree, with
     the ONNX node and source line where the values first part; ``None`` when every module
     agrees (``rel_max`` is kept for the signature: intermediate values are judged by an
-    absolute error scaled by their magnitude, see :func:`_exceeds`)."""
+    absolute error scaled by their magnitude, see :func:`_exceeds`).
+
+    ``valid`` (batch x sequence, true where a padding/attention mask keeps a position):
+    module outputs are judged there first; a module parting from torch only at dropped
+    positions is named when none parts at kept ones (known case ``masked_positions``).
+    Raises when the graph or the model cannot be run (the caller keeps it as a note)."""
     del rel_max
     proto = onnx.load(onnx_path, load_external_data=False)
-    prefix = _WRAPPER_SCOPE if method_name != "forward" else None
-    nodes = _parse_nodes(proto.graph, prefix)
+    nodes = _parse_nodes(proto.graph, _WRAPPER_SCOPE if method_name != "forward" else None)
     constants = {i.name for i in proto.graph.initializer}
     constants |= {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
-    graph_outputs = {o.name for o in proto.graph.output}
+    graph = _Graph(nodes, constants, {o.name for o in proto.graph.output})
     calls = _record_calls(model, method_name, args, kwargs)
     values = _run_exposed(proto, Path(onnx_path).parent, feeds)
     values.update(feeds)
-    found = _first_diverging_call(nodes, calls, values, constants, graph_outputs, abs_max)
+    kept = None if valid is None else np.asarray(valid).astype(bool)
+    found = None if kept is None else _first_diverging_call(graph, calls, values, abs_max, kept)
+    masked_only = found is None and kept is not None
+    found = found or _first_diverging_call(graph, calls, values, abs_max, None)
     if found is None:
         return None
     call, scope, error = found
@@ -117,10 +133,10 @@ def locate_first_divergence(
         call_index=call_index,
         where=where,
     )
-    _locate_inside(result, call, scope, values, abs_max)
-    if call.nested and result.known_case is None:
-        result.known_case = PADDING_FAST_PATH
-        result.next_step = KNOWN_OP_CASE_NEXT_STEPS[PADDING_FAST_PATH]
+    _locate_inside(result, call, scope, values, abs_max, None if masked_only else kept)
+    case = PADDING_FAST_PATH if call.nested else MASKED_POSITIONS if masked_only else None
+    if case is not None and result.known_case is None:
+        result.known_case, result.next_step = case, KNOWN_OP_CASE_NEXT_STEPS[case]
     return result
 
 
@@ -510,38 +526,55 @@ def _exceeds(expected: torch.Tensor | np.ndarray, error: float, abs_max: float) 
     return error > abs_max * max(1.0, peak if np.isfinite(peak) else 1.0)
 
 
-def _worst(pairs: list[tuple[torch.Tensor, np.ndarray]], abs_max: float) -> tuple[float, bool]:
+def _worst(
+    pairs: list[tuple[torch.Tensor, np.ndarray]], abs_max: float, kept: np.ndarray | None
+) -> tuple[float, bool]:
     worst, over = 0.0, False
     for expected, got in pairs:
-        error = _error(expected, got)
+        e, g = _kept(comparable_array(expected), got, kept)
+        error = _error(e, g)
         worst = max(worst, error)
-        over = over or _exceeds(expected, error, abs_max)
+        over = over or _exceeds(e, error, abs_max)
     return worst, over
 
 
+def _kept(e: np.ndarray, g: np.ndarray, kept: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The positions a batch x sequence mask keeps, for a value whose first axis is the
+    batch and whose first later axis of the sequence's length is the sequence (hidden
+    states ``B x S x H``, attention ``B x heads x S x ...``); other values whole."""
+    if kept is None or e.shape != g.shape or e.ndim < 2 or e.shape[0] != kept.shape[0]:
+        return e, g
+    axis = next((k for k in range(1, e.ndim) if e.shape[k] == kept.shape[1]), None)
+    if axis is None:
+        return e, g
+    layout = [1] * e.ndim
+    layout[0], layout[axis] = kept.shape
+    where = np.broadcast_to(kept.reshape(layout), e.shape)
+    return e[where], g[where]
+
+
 def _first_diverging_call(
-    nodes: list[_Node],
+    graph: _Graph,
     calls: list[_Call],
     values: dict[str, np.ndarray],
-    constants: set[str],
-    graph_outputs: set[str],
     abs_max: float,
+    kept: np.ndarray | None,
 ) -> tuple[_Call, list[_Node], float] | None:
     """The first call (completion order) over the tolerance whose inputs agree."""
-    instances = _instances(nodes, calls)
-    consumers = _consumers(nodes)
+    instances = _instances(graph.nodes, calls)
+    consumers = _consumers(graph.nodes)
     for k, call in enumerate(calls):
         scope = instances.get(k)
         if not scope:
             continue
-        inputs, outputs = _boundary(scope, consumers, constants, graph_outputs)
+        inputs, outputs = _boundary(scope, consumers, graph.constants, graph.outputs)
         out_pairs = _pair(call.outputs, outputs, values, last=True)
         if not out_pairs:
             continue
-        error, over = _worst(out_pairs, abs_max)
+        error, over = _worst(out_pairs, abs_max, kept)
         if not over:
             continue
-        _, inputs_over = _worst(_pair(call.inputs, inputs, values, last=False), abs_max)
+        _, inputs_over = _worst(_pair(call.inputs, inputs, values, last=False), abs_max, kept)
         if not inputs_over:
             return call, scope, error
     return None
@@ -622,6 +655,7 @@ def _statuses(
     ranges: dict[str, list[tuple[int, int]]],
     values: dict[str, np.ndarray],
     abs_max: float,
+    kept: np.ndarray | None,
 ) -> dict[int, _Status]:
     consumers: dict[str, list[_Node]] = {}
     for node in scope:
@@ -637,7 +671,7 @@ def _statuses(
             out[node.index] = _Status("unrun" if _in_ranges(key, ranges) else "unmatched")
             continue
         leaving = [o for o in node.outputs if _leaves_line(node, consumers.get(o, []))]
-        out[node.index] = _node_status(node, leaving, produced, values, abs_max)
+        out[node.index] = _node_status(node, leaving, produced, values, abs_max, kept)
         if out[node.index].state == "differ":
             break  # the first one is all the search needs (later nodes are not judged)
     return out
@@ -662,6 +696,7 @@ def _node_status(
     produced: list[torch.Tensor],
     values: dict[str, np.ndarray],
     abs_max: float,
+    kept: np.ndarray | None,
 ) -> _Status:
     """A node agrees when an output is close to a tensor its line produced in torch; it
     differs when an output used past its line is close to none of them."""
@@ -669,7 +704,7 @@ def _node_status(
     differs = False
     for name in node.outputs:
         got = values.get(name)
-        closest = None if got is None else _closest(got, produced, abs_max)
+        closest = None if got is None else _closest(got, produced, abs_max, kept)
         if closest is None:
             continue
         error, over = closest
@@ -683,7 +718,7 @@ def _node_status(
 
 
 def _closest(
-    got: np.ndarray, produced: list[torch.Tensor], abs_max: float
+    got: np.ndarray, produced: list[torch.Tensor], abs_max: float, kept: np.ndarray | None
 ) -> tuple[float, bool] | None:
     """The smallest error of ``got`` against the tensors of its kind, and whether none of
     them is within the tolerance (stops at the first that is)."""
@@ -692,9 +727,10 @@ def _closest(
     for t in produced:
         if _torch_kind(t) != kind:
             continue
-        error = _error(t, got)
+        e, g = _kept(comparable_array(t), got, kept)
+        error = _error(e, g)
         smallest = error if smallest is None else min(smallest, error)
-        if not _exceeds(t, error, abs_max):
+        if not _exceeds(e, error, abs_max):
             return error, False
     return None if smallest is None else (smallest, True)
 
@@ -720,6 +756,7 @@ def _locate_inside(
     scope: list[_Node],
     values: dict[str, np.ndarray],
     abs_max: float,
+    kept: np.ndarray | None,
 ) -> None:
     """Fills the node, source line and known case of a diverging module's call."""
     try:  # a fast path on nested tensors cannot run under a TorchFunctionMode: not re-run
@@ -727,7 +764,7 @@ def _locate_inside(
     except Exception as e:  # a module that cannot be re-run alone: the module still stands
         by_line = {}
         result.note = f"its lines could not be compared: {error_tail(e, 300)}"
-    statuses = _statuses(scope, by_line, _code_ranges(call), values, abs_max)
+    statuses = _statuses(scope, by_line, _code_ranges(call), values, abs_max, kept)
     state = {k: s.state for k, s in statuses.items()}
     framed = [n for n in scope if n.frame is not None]
     first = next((n for n in framed if state.get(n.index) == "differ"), None)

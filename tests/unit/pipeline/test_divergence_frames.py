@@ -11,6 +11,7 @@ import torch
 from observer_ci.core.constants import (
     KNOWN_OP_CASE_NEXT_STEPS,
     KNOWN_OP_CASES,
+    MASKED_POSITIONS,
     PADDING_FAST_PATH,
 )
 from observer_ci.pipeline import divergence
@@ -52,7 +53,9 @@ def test_scopes_drop_the_op_name_and_a_method_wrapper():
 
 
 def test_every_known_case_has_a_next_step():
-    assert set(KNOWN_OP_CASES.values()) | {PADDING_FAST_PATH} == set(KNOWN_OP_CASE_NEXT_STEPS)
+    assert set(KNOWN_OP_CASES.values()) | {PADDING_FAST_PATH, MASKED_POSITIONS} == set(
+        KNOWN_OP_CASE_NEXT_STEPS
+    )
 
 
 def node(op_type: str) -> divergence._Node:
