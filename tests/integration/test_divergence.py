@@ -320,3 +320,30 @@ def test_the_padding_fast_path_is_named_at_the_first_attention(tmp_path):
     assert (found.module, found.module_class) == ("layers.0.self_attn", "MultiheadAttention")
     assert found.known_case == PADDING_FAST_PATH
     assert "enable_nested_tensor=False" in found.next_step
+
+
+class Downsample(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.interpolate(
+            x, scale_factor=0.6, mode="bilinear", antialias=True
+        )  # antialiased resize
+
+
+class SegmentationHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.down = Downsample()
+        self.classify = torch.nn.Conv2d(4, 3, 1)
+
+    def forward(self, x):
+        return self.classify(self.down(torch.relu(self.stem(x))))
+
+
+def test_an_antialiased_resize_is_an_interpolation_case_at_its_module(tmp_path):
+    found = locate(SegmentationHead().eval(), torch.randn(1, 2, 9, 13), tmp_path)
+    assert found is not None
+    assert (found.module, found.module_class) == ("down", "Downsample")
+    assert found.onnx_ops[0] == "Resize" and found.known_case == "interpolation"
+    assert "antialias" in found.next_step
+    assert found.source.split(":")[0].endswith(THIS_FILE)
