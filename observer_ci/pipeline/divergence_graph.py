@@ -24,13 +24,9 @@ from observer_ci.pipeline.diff import comparable_array, flatten_outputs, max_dif
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # this search's own modules (divergence*.py): their frames are never the user's
 _OWN_PREFIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "divergence")
-
-
 FRAME_PATTERN = re.compile(
     r'File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]*(?:\n(?P<code>[^\n]*))?'
 )
-
-
 Frame = tuple[str, int, str]  # file, line, code
 
 
@@ -45,7 +41,7 @@ class Node:
     outputs: list[str]
     modules: tuple[str, ...]  # module paths, outermost first ("" is the root)
     stack: str
-    frame: Frame | None  # the deepest frame outside torch
+    frame: Frame | None  # the deepest frame outside torch (else torch's own deepest)
 
 
 @dataclass
@@ -64,6 +60,7 @@ class ModuleCall:
 
 
 def parse_nodes(graph: onnx.GraphProto, prefix: str | None) -> list[Node]:
+    """The main graph's nodes in order (a method's wrapper scope ``prefix`` dropped)."""
     nodes = []
     for k, node in enumerate(graph.node):
         meta = {p.key: p.value for p in node.metadata_props}
