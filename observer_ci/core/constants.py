@@ -86,3 +86,71 @@ COMMENT_STATUSES = (
 # exporter is not to blame); the error lies only at positions an attention / padding mask drops.
 TORCH_NOT_REPRODUCIBLE = "torch_not_reproducible"
 MASKED_POSITIONS_ONLY = "masked_positions_only"
+# Op semantics where torch and onnxruntime can both be right and still disagree: the ONNX
+# op type of the node where values first part -> the case's key (FirstDivergence.known_case).
+# ``Cast`` counts only from a float to an integer type, ``Div`` only on integers
+# (pipeline/divergence.py checks the dtypes).
+KNOWN_OP_CASES = {
+    "TopK": "topk_ties",
+    "ArgMax": "argmax_ties",
+    "ArgMin": "argmax_ties",
+    "NonZero": "nonzero_order",
+    "Unique": "nonzero_order",
+    "Round": "rounding",
+    "Floor": "rounding",
+    "Ceil": "rounding",
+    "Cast": "rounding",
+    "Div": "rounding",
+    "Resize": "interpolation",
+    "Upsample": "interpolation",
+    "GridSample": "interpolation",
+    "ScatterND": "scatter_duplicates",
+    "ScatterElements": "scatter_duplicates",
+}
+# Not an op: eager torch ran the diverging module on nested tensors (the fast path of
+# nn.TransformerEncoder / MultiheadAttention with a padding mask), zeros at padded positions.
+PADDING_FAST_PATH = "padding_fast_path"
+# Not an op: the first module parting from torch does so only at positions a mask drops.
+MASKED_POSITIONS = "masked_positions"
+# What to do about each case (the report's next step).
+KNOWN_OP_CASE_NEXT_STEPS = {
+    PADDING_FAST_PATH: (
+        "eager torch took its padding fast path (nested tensors): padded positions are "
+        "zeros in torch and computed in the graph; compare valid positions only, or build "
+        "nn.TransformerEncoder with enable_nested_tensor=False (or call "
+        "torch.backends.mha.set_fastpath_enabled(False)) so torch computes them too"
+    ),
+    MASKED_POSITIONS: (
+        "the values part only at positions the mask drops (padding, or rows that attend "
+        "to nothing): kept positions agree; compare kept positions only, or give padded "
+        "positions a defined value in the model (e.g. zero them after attention)"
+    ),
+    "topk_ties": (
+        "tied scores: torch and onnxruntime keep a different index among equal values "
+        "(topk/sort/max over ties); break ties in the model (add a tiny index-dependent "
+        "offset to the scores) or compare the selected values rather than the indices"
+    ),
+    "argmax_ties": (
+        "tied maxima: argmax/argmin may return any index among equal values; break ties "
+        "in the model or compare the values rather than the indices"
+    ),
+    "nonzero_order": (
+        "nonzero/unique: the order (or grouping) of the indices differs between backends; "
+        "sort the indices in the model before using them, or compare them as sets"
+    ),
+    "rounding": (
+        "rounding: a float becoming an integer (cast truncates, floor division, round "
+        "half to even) falls on the other side of a boundary; round explicitly "
+        "(torch.floor/torch.round before .long()) or keep the value in float"
+    ),
+    "interpolation": (
+        "interpolation: the resize mode or coordinate convention differs (align_corners, "
+        "nearest rounding, antialias); pass mode and align_corners explicitly to "
+        "F.interpolate, or use a mode both sides implement the same (bilinear, "
+        "align_corners=False)"
+    ),
+    "scatter_duplicates": (
+        "scatter with repeated indices: which write wins is unspecified; make the indices "
+        "unique or use a reduction (scatter_add / index_reduce)"
+    ),
+}

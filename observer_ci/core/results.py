@@ -23,6 +23,7 @@ SCHEMA_VERSION = 3
 # 3 adds optional fields with defaults (older files load with those defaults):
 #   ModelResult.diagnosis / GraphResult.diagnosis (why a graph disagrees, issue 19);
 #   Diagnosis.torch_abs / valid_rel / masked_rel / cause (the self-check, the mask split);
+#   FirstDivergence.op_abs / note (the error at the diverging node, what its line is);
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
@@ -208,6 +209,8 @@ class FirstDivergence:
     next_step: str | None = None
     call_index: int | None = None  # the observed call compared (None for the probe)
     where: str = "replay"  # "replay" or "probe" (an unseen size)
+    op_abs: float | None = None  # the error at the first ONNX node that parts from torch
+    note: str | None = None  # what the line is: "runs only while exporting"...
 
 
 @dataclass

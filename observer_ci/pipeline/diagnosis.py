@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from observer_ci.core.constants import MASKED_POSITIONS_ONLY, TORCH_NOT_REPRODUCIBLE
@@ -32,7 +33,7 @@ from observer_ci.core.results import (
 )
 from observer_ci.pipeline.causes import PROBE_FAILURE, explain_masked_only, probe_sizes
 from observer_ci.pipeline.diff import flatten_outputs
-from observer_ci.pipeline.masks import MaskSplit, split_errors
+from observer_ci.pipeline.masks import MaskSplit, find_mask, split_errors
 from observer_ci.pipeline.replay import match_feeds
 from observer_ci.pipeline.self_check import SelfCheck, check_torch_against_itself
 
@@ -94,8 +95,9 @@ def diagnose_graph(
     if check.reproducible is not False:  # torch varying by itself: nothing to locate
         if feeds is not None:
             call = (observation.args, observation.kwargs, feeds)
+            kept = _kept_positions(observer, local, expected)
             diagnosis.first_divergence = _locate(
-                model, onnx_path, call, atol, rtol, method_name, index, diagnosis
+                model, onnx_path, call, atol, rtol, method_name, index, diagnosis, kept
             )
         _locate_probe(model, onnx_path, probe_call, atol, rtol, method_name, diagnosis)
     diagnosis.cause = diagnosis_cause(diagnosis, check, split, model, index, atol, rtol)
@@ -166,6 +168,15 @@ def _mask_split(
     return total, worst_feeds
 
 
+def _kept_positions(observer: Any, local: int, expected: list[Any]) -> np.ndarray | None:
+    """Where the call's padding / attention mask keeps a position (batch x sequence), for
+    the locator to judge modules there first; None without such a mask."""
+    found = find_mask(observer.leaf_names(), observer.aligned_inputs(local), expected)
+    if found is None or found[1].ndim != 2:
+        return None
+    return ~found[1]
+
+
 def _kept_error(row: ObservationResult, metric: str) -> float:
     """A call without a mask split: its whole error, infinite when not comparable."""
     value = getattr(row, metric)
@@ -181,6 +192,7 @@ def _locate(
     method_name: str,
     index: int | None,
     diagnosis: Diagnosis,
+    kept: np.ndarray | None = None,
 ) -> FirstDivergence | None:
     """The first diverging module (``pipeline/divergence.py``, when installed) on the
     ``(args, kwargs, feeds)`` of an observed call (``index``) or the probe's (``None``)."""
@@ -201,6 +213,7 @@ def _locate(
             method_name=method_name,
             call_index=index,
             where="replay" if index is not None else "probe",
+            valid=kept,
         )
     except Exception as e:  # a hint: its failure never changes the verdict
         diagnosis.notes.append(f"first divergence not located: {error_tail(e, 300)}")
