@@ -11,6 +11,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from observer_ci.core.errors import ANSI_ESCAPE, traceback_tail
@@ -69,13 +70,14 @@ def run_scripts(
     if writer:
         writer.begin(results, order)
     by_script: dict[int, list[ModelResult]] = {}
+    start = ScriptState.capture()  # every script starts from this, whatever the last one did
     with quiet_third_party(verbose):
         for position, script in sorted(
             enumerate(str(s) for s in scripts), key=lambda item: order.index(item[1])
         ):
             if writer:
                 writer.start(script)
-            models = run_script(script, out, config=config, progress=progress)
+            models = run_script(script, out, config=config, progress=progress, state=start)
             by_script[position] = models
             if writer:
                 writer.done(script, models)
@@ -84,9 +86,16 @@ def run_scripts(
 
 
 def run_script(
-    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = progress_line
+    script: str,
+    out_dir: Path,
+    *,
+    config: RunConfig,
+    progress: Progress = progress_line,
+    state: ScriptState | None = None,
 ) -> list[ModelResult]:
-    """Executes one observation script, then processes what it registered."""
+    """Executes one observation script, then processes what it registered; the script starts
+    in ``state`` (default: the current one) and its models are processed in it."""
+    state = state or ScriptState.capture()
     progress(f"running {script}")
     forget_weight_digests()  # user code runs next: weights may change unseen
     registry.take_registered()
@@ -94,7 +103,7 @@ def run_script(
     begin = time.perf_counter()
     try:
         with log_group(f"observer-ci: script {script}"):
-            _execute(script)
+            _execute(script, state)
     except BaseException as e:  # SystemExit and KeyboardInterrupt-like exits of scripts too
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -161,6 +170,45 @@ def script_traceback(exc: BaseException, script: str, max_frames: int = 12) -> s
     return ANSI_ESCAPE.sub("", "Traceback (most recent call last):\n" + "".join(lines)).strip()
 
 
+@dataclass(frozen=True)
+class ScriptState:
+    """What one script may change for the next ones: the working directory, the environment,
+    ``sys.path``, ``sys.argv`` and the standard streams. Captured once before the first script;
+    :meth:`restored` puts it back before a script runs and again after it (its models are
+    processed in the same state), so ``os.chdir``, ``sys.path.insert`` or
+    ``os.environ[...] = ...`` in one script never reach another."""
+
+    cwd: str
+    environ: dict[str, str]
+    path: list[str]
+    argv: list[str]
+    streams: tuple[object, object]
+
+    @classmethod
+    def capture(cls) -> ScriptState:
+        return cls(
+            os.getcwd(), dict(os.environ), list(sys.path), list(sys.argv), (sys.stdout, sys.stderr)
+        )
+
+    def restore(self) -> None:
+        with contextlib.suppress(OSError):  # the directory itself removed: nothing to go back to
+            os.chdir(self.cwd)
+        if dict(os.environ) != self.environ:
+            os.environ.clear()  # os.environ also calls unsetenv/putenv: C code sees it too
+            os.environ.update(self.environ)
+        sys.path[:] = self.path
+        sys.argv = list(self.argv)
+        sys.stdout, sys.stderr = self.streams  # type: ignore[assignment]
+
+    @contextlib.contextmanager
+    def restored(self) -> Iterator[None]:
+        self.restore()
+        try:
+            yield
+        finally:
+            self.restore()
+
+
 @contextlib.contextmanager
 def _heap_frozen() -> Iterator[None]:
     """Leaves what is alive after the script (torch, transformers, the model, its calls) out
@@ -174,7 +222,12 @@ def _heap_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _execute(script: str) -> None:
+def _execute(script: str, state: ScriptState) -> None:
+    with state.restored():
+        _run_path(script)
+
+
+def _run_path(script: str) -> None:
     path = Path(script)
     if not path.is_file():
         raise FileNotFoundError(f"observation script not found: {script}")
