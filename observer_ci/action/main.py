@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from observer_ci.action import reaper
 from observer_ci.action.artifact import Payload, write_payload
 from observer_ci.action.comment import RenderReport, post_report
 from observer_ci.action.isolation import secure_environment
+from observer_ci.action.seal import Seal
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.action.workspace import run_base_and_head, run_install, run_scripts_subprocess
 from observer_ci.core import workflow_commands as workflow
@@ -65,13 +67,15 @@ def main(
 
     With ``env=None`` (the real action) the process first drops every secret from its
     environment (:func:`observer_ci.action.isolation.secure_environment`; this re-executes it)
-    and, as with ``handle_sigterm``, unwinds on SIGTERM (:func:`exit_on_sigterm`).
+    and, as with ``handle_sigterm``, unwinds on SIGTERM (:func:`exit_on_sigterm`) and becomes
+    the subreaper of what it starts (:func:`observer_ci.action.reaper.arm`).
     """
     if env is None:
         env = secure_environment()
         handle_sigterm = True
     if handle_sigterm:
         exit_on_sigterm()
+        reaper.arm()  # the action's own process: every orphan below it is ours to sweep
     env = dict(env)
     configure()
     try:
@@ -125,6 +129,7 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     outputs, render = write_and_summarise(
         settings, head, base, regressions, settings.label, progress=progress
     )
+    seal = Seal.of(out / name for name in ("results.json", "base-results.json", "report.md"))
     for note in notes:
         workflow.command("warning", note)
     progress.outputs.update(outputs)
@@ -141,9 +146,12 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
         outputs["payload_path"] = str(write_payload(settings.payload_path, payload, head, base))
     except OSError as e:  # the report is written already; only a later publish job misses it
         workflow.command("warning", f"could not write the payload to {settings.payload_path}: {e}")
+    seal.add([Path(settings.payload_path)])
+    seal.verify()  # unchanged before posting (nothing of the pull request's is alive now)
     outputs.update(post_report(settings, github_client(settings), render))
     progress.outputs.update(outputs)
     write_outputs(settings, outputs)
+    seal.verify()
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
 
 
