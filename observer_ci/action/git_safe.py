@@ -82,7 +82,7 @@ def git(cwd: str, *args: str, timeout_s: float = GIT_TIMEOUT_S, check: bool = Tr
     :class:`GitError` on a timeout, and on a failure when ``check``."""
     config = [*SAFE_CONFIG, *filter_overrides(cwd, timeout_s)]
     extra = SAFE_ARGS.get(args[0], ()) if args else ()
-    cmd = ["git", *(f"-c{c}" for c in config), *args[:1], *extra, *args[1:]]
+    cmd = ["git", *_config_args(config), *args[:1], *extra, *args[1:]]
     code, out, err = _run(cmd, cwd, timeout_s)
     if code is None:
         raise GitError(f"git {' '.join(args)}: no answer within {timeout_s:g}s (stopped)")
@@ -94,7 +94,7 @@ def git(cwd: str, *args: str, timeout_s: float = GIT_TIMEOUT_S, check: bool = Tr
 def filter_overrides(cwd: str, timeout_s: float = GIT_TIMEOUT_S) -> list[str]:
     """``filter.<driver>.<clean|smudge|process>=`` for every driver the config defines: an
     empty command is no filter."""
-    cmd = ["git", *(f"-c{c}" for c in SAFE_CONFIG), "config", "-z", "--get-regexp", r"^filter\."]
+    cmd = ["git", *_config_args(SAFE_CONFIG), "config", "-z", "--get-regexp", r"^filter\."]
     code, out, _ = _run(cmd, cwd, timeout_s)
     drivers = set()
     for entry in out.split("\0") if code == 0 else ():
@@ -104,6 +104,10 @@ def filter_overrides(cwd: str, timeout_s: float = GIT_TIMEOUT_S) -> list[str]:
             drivers.add(name)
     overrides = [f"filter.{d}.{k}=" for d in sorted(drivers) for k in _FILTER_KEYS]
     return overrides + [f"filter.{d}.required=false" for d in sorted(drivers)]
+
+
+def _config_args(config: Sequence[str]) -> list[str]:
+    return [arg for setting in config for arg in ("-c", setting)]
 
 
 def _run(cmd: Sequence[str], cwd: str, timeout_s: float) -> tuple[int | None, str, str]:

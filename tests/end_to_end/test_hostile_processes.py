@@ -1,0 +1,244 @@
+"""Pull-request code against the runner's step files and the action's own files, with real
+processes: ``entrypoint.py`` as a subprocess, an ``install`` command and an observation script
+that hunt for ``GITHUB_OUTPUT``/``GITHUB_ENV``/``GITHUB_PATH``/``GITHUB_STATE``/
+``GITHUB_STEP_SUMMARY`` (and a future file command) through their environment, the parent's
+``/proc/<pid>/environ`` and ``/proc/<pid>/fd``, and a directory listing, write forged lines
+(``status=success-FORGED``, an unclosed heredoc, ``LD_PRELOAD=``, a ``PATH`` entry), replace a
+file by another inode, and leave a ``setsid`` double-fork daemon that keeps rewriting them and
+``results.json``/``report.md``/the payload after the action is gone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from observer_ci.github.sticky import MARKER
+from tests.end_to_end.test_action import parse_outputs
+from tests.support import REPO_ROOT
+
+STEP_FILES = {
+    "GITHUB_OUTPUT": "set_output_5f0c",
+    "GITHUB_ENV": "set_env_5f0c",
+    "GITHUB_PATH": "add_path_5f0c",
+    "GITHUB_STATE": "save_state_5f0c",
+    "GITHUB_STEP_SUMMARY": "step_summary_5f0c",
+    "GITHUB_FUTURE_FILE_COMMAND": "future_5f0c",  # a file command GitHub adds one day
+}
+FORGED = (
+    "status=success-FORGED\nLD_PRELOAD=/tmp/forged.so\n/tmp/forged-bin\n"
+    "status<<UNCLOSED_FORGED\nnever closed\n"
+)
+
+HOSTILE_SCRIPT = r"""
+import glob, json, os, sys, time
+
+FORGED = {forged!r}
+report = {{"env": sorted(os.environ), "values": sorted(os.environ.values()), "reached": {{}}}}
+
+def ancestors():
+    pid = os.getpid()
+    while pid > 1:
+        try:
+            pid = int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return
+        yield pid
+
+def candidates():
+    found = {{}}
+    for name in glob.glob(os.path.join(os.environ["HINT_DIR"], "*")):
+        found[name] = "listing"
+    for pid in ancestors():
+        try:
+            for entry in open(f"/proc/{{pid}}/environ", "rb").read().split(b"\0"):
+                key, _, value = entry.decode(errors="replace").partition("=")
+                if key.startswith("GITHUB_") and os.path.isfile(value):
+                    found.setdefault(value, f"/proc/{{pid}}/environ")
+        except OSError:
+            pass
+        for fd in glob.glob(f"/proc/{{pid}}/fd/*"):
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith(os.environ["HINT_DIR"]):
+                found[fd] = f"/proc/{{pid}}/fd"
+    return found
+
+def attack(tag):
+    for path, how in candidates().items():
+        try:
+            with open(path, "a") as f:
+                f.write(FORGED)
+            report["reached"][f"{{how}}:{{os.path.basename(os.path.realpath(path))}}"] = tag
+        except OSError:
+            pass
+
+attack("script")
+# another inode at GITHUB_ENV's path: the runner would read this one
+env_file = glob.glob(os.path.join(os.environ["HINT_DIR"], "set_env_*"))[0]
+with open(env_file + ".new", "w") as f:
+    f.write("NODE_OPTIONS=--require=/tmp/forged.js\n")
+os.replace(env_file + ".new", env_file)
+json.dump(report, open(os.environ["REPORT_FILE"], "w"))
+
+if os.fork() == 0:  # the daemon: setsid, fork again, outlive everything
+    os.setsid()
+    if os.fork() == 0:
+        open(os.environ["DAEMON_PID"], "w").write(str(os.getpid()))
+        out = os.environ["ACTION_OUT"]
+        for _ in range(600):
+            attack("daemon")
+            for name in ("results.json", "report.md", "payload/payload.json"):
+                try:
+                    open(os.path.join(out, name), "w").write("FORGED by the daemon")
+                except OSError:
+                    pass
+            time.sleep(0.1)
+    os._exit(0)
+while not os.path.exists(os.environ["DAEMON_PID"]):
+    time.sleep(0.05)
+time.sleep(0.5)  # the daemon writes while the action runs, too
+"""
+
+INSTALL = (
+    'for f in "$HINT_DIR"/*; do printf "status=success-FORGED\\nLD_PRELOAD=/x.so\\n" >> "$f"; '
+    'done; env > "$INSTALL_ENV"'
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _digests(paths: list[Path]) -> dict[str, str]:
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "missing"
+        for p in paths
+    }
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("hostile")
+    commands = tmp / "_runner_file_commands"
+    commands.mkdir()
+    files = {name: commands / file for name, file in STEP_FILES.items()}
+    for path in files.values():
+        path.write_text("", encoding="utf-8")
+    script = tmp / "hostile.py"
+    script.write_text(HOSTILE_SCRIPT.format(forged=FORGED), encoding="utf-8")
+    out = tmp / "out"
+    event = tmp / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 5}}), encoding="utf-8")
+    env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "HOME": str(tmp),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_WORKSPACE": str(tmp),
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_REPOSITORY": "octo/models",
+        **{name: str(path) for name, path in files.items()},
+        "INPUT_SCRIPT": str(script),
+        "INPUT_INSTALL": INSTALL,
+        "INPUT_OUT": str(out),
+        "INPUT_DRY_RUN": "true",
+        "INPUT_TIMEOUT_MINUTES": "2",
+        "HINT_DIR": str(commands),
+        "REPORT_FILE": str(tmp / "script-report.json"),
+        "INSTALL_ENV": str(tmp / "install-env.txt"),
+        "DAEMON_PID": str(tmp / "daemon.pid"),
+        "ACTION_OUT": str(out),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "entrypoint.py")],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    pid_file = tmp / "daemon.pid"
+    daemon = int(pid_file.read_text()) if pid_file.is_file() else None
+    alive_at_return = daemon is not None and _alive(daemon)
+    watched = [*files.values(), out / "results.json", out / "report.md"]
+    watched += sorted((out / "payload").glob("*"))
+    at_return = _digests(watched)
+    time.sleep(2.0)  # a live daemon rewrites every 0.1 s
+    return {
+        "proc": proc,
+        "log": f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}",
+        "files": files,
+        "out": out,
+        "daemon": daemon,
+        "alive_at_return": alive_at_return,
+        "unchanged": at_return == _digests(watched),
+        "script": json.loads((tmp / "script-report.json").read_text(encoding="utf-8")),
+        "install_env": (tmp / "install-env.txt").read_text(encoding="utf-8"),
+        "commands_dir": str(commands),
+    }
+
+
+def test_the_attacks_were_real(hostile_run):
+    reached = hostile_run["script"]["reached"]
+    assert hostile_run["proc"].returncode in (0, 1), hostile_run["log"]
+    # the script reached every step file by listing their directory, and the parent's
+    # private descriptors through /proc (root here: CAP_SYS_PTRACE)
+    assert {k.split(":")[1] for k in reached if k.startswith("listing:")} == set(
+        STEP_FILES.values()
+    ), reached
+    assert any(k.startswith("/proc/") for k in reached), reached
+    assert hostile_run["daemon"] is not None, hostile_run["log"]
+
+
+def test_untrusted_processes_get_no_file_command_variable(hostile_run):
+    script = hostile_run["script"]
+    for name in STEP_FILES:
+        assert name not in script["env"]
+        assert f"\n{name}=" not in hostile_run["install_env"]
+    directory = hostile_run["commands_dir"]
+    assert not [v for v in script["values"] if f"{directory}/" in v]
+    assert f"{directory}/" not in hostile_run["install_env"]
+
+
+def test_no_forged_line_reaches_the_step_files_and_the_outputs_are_intact(hostile_run):
+    files = hostile_run["files"]
+    for name in ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_STATE", "GITHUB_FUTURE_FILE_COMMAND"):
+        assert files[name].read_bytes() == b"", name  # the action writes none of them
+        assert not files[name].is_symlink()
+    outputs = parse_outputs(files["GITHUB_OUTPUT"].read_text(encoding="utf-8"))  # strict
+    expected = "failure" if hostile_run["proc"].returncode == 1 else "success"
+    assert outputs["status"] == expected, outputs
+    assert outputs["comment_status"] == "dry-run"
+    assert outputs["results_path"] == str(hostile_run["out"] / "results.json")
+    summary = files["GITHUB_STEP_SUMMARY"].read_text(encoding="utf-8")
+    assert summary.startswith(MARKER), summary[:300]
+    assert summary == (hostile_run["out"] / "report.md").read_text(encoding="utf-8") + "\n"
+    for path in files.values():
+        assert "FORGED" not in path.read_text(encoding="utf-8"), path
+    # the undoing is said in the job log
+    assert "wrote to this step's GITHUB_OUTPUT" in hostile_run["proc"].stdout
+
+
+def test_the_daemon_is_dead_when_the_action_returns_and_nothing_changes_after(hostile_run):
+    assert not hostile_run["alive_at_return"], hostile_run["daemon"]
+    assert hostile_run["unchanged"]
+    out = hostile_run["out"]
+    for path in (out / "results.json", out / "report.md", *(out / "payload").glob("*")):
+        assert "FORGED" not in path.read_text(encoding="utf-8"), path
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [m["name"] for m in results["models"]] == ["hostile"], results["models"]
