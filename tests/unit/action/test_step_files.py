@@ -90,7 +90,7 @@ def test_each_file_is_put_back_as_the_action_left_it(tmp_path, attack):
     env = commands(tmp_path)
     modes = {name: stat.S_IMODE(Path(value).stat().st_mode) for name, value in env.items()}
     with step_files.guarded(env):
-        for name, value in env.items():
+        for value in env.values():
             attack(Path(value), tmp_path)
     for name, value in env.items():
         path = Path(value)
