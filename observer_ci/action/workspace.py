@@ -2,10 +2,13 @@
 processes (``observer-ci run``; ``results.json`` and the run journal are the contract), and
 the base commit in a ``git worktree`` for ``baseline: base``.
 
-Repository code runs only in children (:func:`run_isolated`): each in its own process
-group (a hang is killed with everything it started), with an environment cleaned of
-every secret (:func:`observer_ci.action.isolation.without_secrets`), its output forwarded to the
-job log inside a stop-commands guard. A script that hangs, calls ``os._exit`` or is
+Repository code runs only in children (:func:`run_isolated`): each in its own session
+(a hang is killed with everything it started; what it left running, daemons included, is
+swept when it ends: :mod:`observer_ci.action.reaper`), with an environment cleaned of every
+secret and step file (:func:`untrusted_environment`), the runner's step files put back as
+they were when it ends (:mod:`observer_ci.action.step_files`), its output forwarded to the
+job log inside a stop-commands guard. git runs only through :mod:`observer_ci.action.git_safe`.
+A script that hangs, calls ``os._exit`` or is
 killed (OOM) loses only its own rows: the journal keeps the finished scripts' rows and
 a new child runs the scripts not started yet.
 """
@@ -86,8 +89,9 @@ def run_isolated(
     """Runs repository code: clean environment, own process group, output forwarded to
     the job log inside the stop-commands guard; killed (with its group) when its time is
     up: ``timeout_s + startup_s`` at first, then whatever ``progressed()`` returns when it
-    returns a number (a new period, from now). Leftover processes of the group are
-    killed when it ends."""
+    returns a number (a new period, from now). When it ends, its group is killed, every process
+    it left is swept (:func:`observer_ci.action.reaper.sweep`) and the step files are put back
+    (:func:`observer_ci.action.step_files.guarded`), in that order."""
     begin = time.monotonic()
     tail = bytearray()
     with workflow.commands_stopped(), step_files.guarded(env):
