@@ -253,6 +253,7 @@ def exit_on_sigterm() -> None:
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
+    reaper.stop_everything()  # every child, base and head alike, and what they started
     raise SystemExit(128 + signum)
 
 

@@ -98,14 +98,27 @@ def tracked(cmd: Any, **kwargs: Any) -> Iterator[subprocess.Popen]:
         sweep(session=proc.pid, token=token)
 
 
-def sweep(*, session: int | None = None, token: str | None = None) -> list[int]:
+def stop_everything() -> list[int]:
+    """The job is cancelled: kills every child still running (and their groups) and, swept
+    as above, everything below this process; returns the pids killed."""
+    kill = getattr(os, "killpg", os.kill)
+    with _lock:
+        for pid in list(_tracked):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+    return sweep(everything=True)
+
+
+def sweep(
+    *, session: int | None = None, token: str | None = None, everything: bool = False
+) -> list[int]:
     """Kills what an untrusted phase left behind (see the module docstring), looping until
-    nothing is left; returns the pids killed."""
+    nothing is left; returns the pids killed. ``everything``: running children's trees too."""
     killed: list[int] = []
     deadline = time.monotonic() + SWEEP_LIMIT_S
     while True:
         with _lock:
-            found = _strays(session, token)
+            found = _strays(session, token, everything)
             for pid in found:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -149,16 +162,16 @@ def _table() -> dict[int, _Proc]:
     return procs
 
 
-def _strays(session: int | None, token: str | None) -> list[int]:
+def _strays(session: int | None, token: str | None, everything: bool = False) -> list[int]:
     """Live processes to kill now (see the module docstring); never ourselves, never a tracked
-    running child or what descends from it."""
+    running child or what descends from it (unless ``everything``)."""
     me = os.getpid()
     procs = _table()
     children: dict[int, list[int]] = {}
     for p in procs.values():
         children.setdefault(p.ppid, []).append(p.pid)
     protected = {me}
-    stack = [pid for pid in _tracked if pid in procs]
+    stack = [] if everything else [pid for pid in _tracked if pid in procs]
     while stack:
         pid = stack.pop()
         if pid not in protected:
