@@ -70,20 +70,24 @@ class _Kept:
 
     name: str
     path: str
-    data: bytes | None  # None: there was no file
+    data: bytes | None  # None: there was nothing at ``path``
     mode: int = 0o644
     fd: int | None = None
 
     @classmethod
-    def open(cls, name: str, path: str) -> _Kept:
-        try:
-            fd = os.open(path, _FLAGS)
-        except OSError:
+    def open(cls, name: str, path: str) -> _Kept | None:
+        """Kept: a regular file, or nothing at ``path``; None for anything else (a directory,
+        a FIFO: not a step file the runner made, left alone)."""
+        if not os.path.lexists(path):
             return cls(name, path, None)
+        try:
+            fd = os.open(path, _FLAGS | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            return None
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
-            return cls(name, path, None)
+            return None
         return cls(name, path, _read_all(fd), stat.S_IMODE(info.st_mode), fd)
 
     def close(self) -> None:
@@ -174,7 +178,8 @@ def guarded(env: Mapping[str, str]) -> Iterator[None]:
 def _keep(paths: Mapping[str, str]) -> None:
     for kept in _kept:
         kept.close()
-    _kept[:] = [_Kept.open(name, path) for name, path in paths.items()]
+    opened = (_Kept.open(name, path) for name, path in paths.items())
+    _kept[:] = [kept for kept in opened if kept is not None]
 
 
 def restore() -> list[str]:

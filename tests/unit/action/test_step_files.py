@@ -104,3 +104,14 @@ def test_each_file_is_put_back_as_the_action_left_it(tmp_path, attack):
     with step_files.guarded(env), open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
         f.write("status=success-FORGED\n")
     assert Path(env["GITHUB_OUTPUT"]).read_text(encoding="utf-8") == "status=success\n"
+
+
+def test_what_is_not_a_regular_file_is_left_alone_and_what_was_absent_stays_absent(tmp_path):
+    directory, absent = tmp_path / "a-directory", tmp_path / "absent"
+    directory.mkdir()
+    (directory / "inside").write_text("kept", encoding="utf-8")
+    env = {"GITHUB_OUTPUT": str(directory), "GITHUB_ENV": str(absent)}
+    with step_files.guarded(env):
+        absent.write_text("LD_PRELOAD=/x.so\n", encoding="utf-8")
+    assert (directory / "inside").read_text(encoding="utf-8") == "kept"
+    assert not absent.exists()
