@@ -73,13 +73,18 @@ class _Kept:
     data: bytes | None  # None: there was nothing at ``path``
     mode: int = 0o644
     fd: int | None = None
+    dir_mode: int | None = None  # its directory's: a chmod 000 there hides it from the runner
 
     @classmethod
     def open(cls, name: str, path: str) -> _Kept | None:
         """Kept: a regular file, or nothing at ``path``; None for anything else (a directory,
         a FIFO: not a step file the runner made, left alone)."""
+        try:
+            dir_mode: int | None = stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)
+        except OSError:
+            dir_mode = None
         if not os.path.lexists(path):
-            return cls(name, path, None)
+            return cls(name, path, None, dir_mode=dir_mode)
         try:
             fd = os.open(path, _FLAGS | getattr(os, "O_NONBLOCK", 0))
         except OSError:
@@ -88,7 +93,7 @@ class _Kept:
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             return None
-        return cls(name, path, _read_all(fd), stat.S_IMODE(info.st_mode), fd)
+        return cls(name, path, _read_all(fd), stat.S_IMODE(info.st_mode), fd, dir_mode)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -97,7 +102,11 @@ class _Kept:
             self.fd = None
 
     def restore(self) -> bool:
-        """Puts the file back; True when something had changed it."""
+        """Puts the file back (its directory's mode too); True when something had changed it."""
+        changed = _restore_mode(os.path.dirname(self.path), self.dir_mode)
+        return self._restore_file() or changed
+
+    def _restore_file(self) -> bool:
         if self.data is None:
             return _remove(self.path)
         if self.fd is not None and _same_file(self.fd, self.path):
@@ -118,6 +127,16 @@ class _Kept:
         _write_all(fd, self.data)
         self.fd = fd
         return True
+
+
+def _restore_mode(directory: str, mode: int | None) -> bool:
+    try:
+        if mode is None or stat.S_IMODE(os.stat(directory).st_mode) == mode:
+            return False
+        os.chmod(directory, mode)
+    except OSError:
+        return False
+    return True
 
 
 def _read_all(fd: int) -> bytes:

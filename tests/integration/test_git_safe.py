@@ -18,6 +18,8 @@ import pytest
 
 from observer_ci.action import git_safe
 
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the planted programs are sh scripts")
+
 
 def sh(cwd: Path, *args: str) -> str:
     return subprocess.run(

@@ -67,6 +67,10 @@ def _chmod_000_and_append(path: Path, tmp_path: Path) -> None:
     path.chmod(0)
 
 
+def _chmod_000_the_directory(path: Path, tmp_path: Path) -> None:
+    path.parent.chmod(0)
+
+
 def _truncate(path: Path, tmp_path: Path) -> None:
     path.write_text("", encoding="utf-8")
 
@@ -82,6 +86,7 @@ def _delete(path: Path, tmp_path: Path) -> None:
         _replace_by_directory,
         _replace_by_inode,
         _chmod_000_and_append,
+        _chmod_000_the_directory,
         _truncate,
         _delete,
     ],
@@ -89,6 +94,7 @@ def _delete(path: Path, tmp_path: Path) -> None:
 def test_each_file_is_put_back_as_the_action_left_it(tmp_path, attack):
     env = commands(tmp_path)
     modes = {name: stat.S_IMODE(Path(value).stat().st_mode) for name, value in env.items()}
+    dir_mode = stat.S_IMODE(Path(env["GITHUB_OUTPUT"]).parent.stat().st_mode)
     with step_files.guarded(env):
         for value in env.values():
             attack(Path(value), tmp_path)
@@ -98,6 +104,7 @@ def test_each_file_is_put_back_as_the_action_left_it(tmp_path, attack):
         expected = "ours\n" if name == "GITHUB_STEP_SUMMARY" else ""
         assert path.read_text(encoding="utf-8") == expected, name
         assert stat.S_IMODE(path.stat().st_mode) == modes[name], name
+        assert stat.S_IMODE(path.parent.stat().st_mode) == dir_mode
     # the action writes after the phase, by path, and that is kept by the next phase
     with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
         f.write("status=success\n")
