@@ -120,6 +120,14 @@ if os.fork() == 0:  # the daemon: setsid, fork again, a new program without any 
 while not os.path.exists(os.environ["DAEMON_PID"]):
     time.sleep(0.05)
 time.sleep(0.5)  # the daemon writes while the action runs, too
+if os.environ.get("KILL_PARENT"):  # the action, so that it cannot undo the writes
+    import signal
+    try:
+        os.kill(os.getppid(), signal.SIGKILL)
+        report["killed"] = os.getppid()
+    except OSError:
+        pass
+    json.dump(report, open(os.environ["REPORT_FILE"], "w"))
 """
 
 INSTALL = (
@@ -145,7 +153,11 @@ def _digests(paths: list[Path]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def hostile_run(tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("hostile")
+    return run_hostile(tmp_path_factory.mktemp("hostile"))
+
+
+def run_hostile(tmp: Path, prefix: tuple[str, ...] = (), kill_parent: bool = False) -> dict:
+    """The action (``prefix`` + entrypoint.py) against the hostile install and script."""
     commands = tmp / "_runner_file_commands"
     commands.mkdir()
     files = {name: commands / file for name, file in STEP_FILES.items()}
@@ -177,9 +189,10 @@ def hostile_run(tmp_path_factory) -> dict:
         "INSTALL_ENV": str(tmp / "install-env.txt"),
         "DAEMON_PID": str(tmp / "daemon.pid"),
         "ACTION_OUT": str(out),
+        **({"KILL_PARENT": "1"} if kill_parent else {}),
     }
     proc = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "entrypoint.py")],
+        [*prefix, sys.executable, str(REPO_ROOT / "entrypoint.py")],
         cwd=tmp,
         env=env,
         capture_output=True,
@@ -259,3 +272,32 @@ def test_the_daemon_is_dead_when_the_action_returns_and_nothing_changes_after(ho
         assert "FORGED" not in path.read_text(encoding="utf-8"), path
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert [m["name"] for m in results["models"]] == ["hostile"], results["models"]
+
+
+def _pid_namespaces() -> str:
+    """Why the action cannot run as PID 1 of a PID namespace here, or ""."""
+    try:
+        probe = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"no unshare: {e}"
+    return "" if probe.returncode == 0 else f"unshare --pid refused: {probe.stderr[-200:]!r}"
+
+
+def test_as_pid_1_like_the_docker_variant_the_action_cannot_be_killed_from_inside(tmp_path):
+    # the Docker variant's action is PID 1 of its container: SIGKILL from inside is ignored,
+    # so the pull request's code cannot kill it between its writes and their undoing
+    why = _pid_namespaces()
+    if why:
+        print(f"not run: {why}")
+        pytest.skip(why)
+    run = run_hostile(tmp_path, ("unshare", "--pid", "--fork", "--mount-proc"), kill_parent=True)
+    assert run["proc"].returncode in (0, 1), run["log"]
+    assert run["script"]["killed"] == 1, run["script"]  # SIGKILL sent to the action, PID 1
+    files = run["files"]
+    for path in files.values():
+        assert "FORGED" not in path.read_text(encoding="utf-8"), path
+    outputs = parse_outputs(files["GITHUB_OUTPUT"].read_text(encoding="utf-8"))
+    assert outputs["status"] in ("success", "failure") and outputs["comment_status"] == "dry-run"
+    assert run["unchanged"]  # (the daemon's pid is the namespace's: its end is the kernel's)
