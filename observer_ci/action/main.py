@@ -24,7 +24,12 @@ from observer_ci.action.comment import RenderReport, post_report
 from observer_ci.action.isolation import secure_environment
 from observer_ci.action.seal import Seal
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
-from observer_ci.action.workspace import run_base_and_head, run_install, run_scripts_subprocess
+from observer_ci.action.workspace import (
+    phase_findings,
+    run_base_and_head,
+    run_install,
+    run_scripts_subprocess,
+)
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.constants import (
     EXIT_INTERNAL_ERROR,
@@ -118,6 +123,7 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
         base, head = run_base_and_head(settings, out, notes, env)
     progress.base = base
     progress.head = head
+    notes.extend(phase_findings())
     if install_error:
         head.models.insert(0, install_error)
     head.commit = head.commit or settings.head_sha

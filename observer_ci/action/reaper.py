@@ -36,6 +36,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _lock = threading.RLock()  # held while a child is started and while a sweep scans and kills
 _tracked: set[int] = set()  # pids of the children we started that are still running
 _armed = {"subreaper": False}
+_swept = {"processes": 0}  # killed by sweeps since the last take_swept()
 
 
 def arm() -> bool:
@@ -133,7 +134,16 @@ def sweep(
     _reap_orphans()
     if killed:
         logger.warning("killed %d processes the repository's code left running", len(killed))
+        with _lock:
+            _swept["processes"] += len(killed)
     return killed
+
+
+def take_swept() -> int:
+    """How many processes sweeps killed since the last call."""
+    with _lock:
+        count, _swept["processes"] = _swept["processes"], 0
+    return count
 
 
 class _Proc:

@@ -28,7 +28,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.logs import logger
 
 FILE_COMMAND_NAMES = (
@@ -176,6 +175,7 @@ def _remove(path: str) -> bool:
 _lock = threading.RLock()
 _kept: list[_Kept] = []
 _active = {"phases": 0}
+_undone: set[str] = set()  # the step files the repository's code changed, this run
 
 
 @contextlib.contextmanager
@@ -212,13 +212,18 @@ def restore() -> list[str]:
             except OSError as e:
                 logger.error("could not restore %s (%s): %s", kept.name, kept.path, e)
                 changed.append(kept.name)
+    _undone.update(changed)  # the report says so (observer_ci.action.workspace.phase_findings)
     for name in changed:
-        workflow.command(
-            "warning",
-            f"the pull request's code wrote to this step's {name} file (or replaced it); "
-            "what it wrote was undone and never reached the runner",
-        )
+        logger.warning("the repository's code changed %s: put back as it was", name)
     return changed
+
+
+def take_undone() -> list[str]:
+    """The step files the repository's code changed since the last call (sorted)."""
+    with _lock:
+        names = sorted(_undone)
+        _undone.clear()
+    return names
 
 
 def kept_paths() -> list[Path]:

@@ -158,6 +158,22 @@ def untrusted_environment(env: Mapping[str, str]) -> dict[str, str]:
     return step_files.without_file_commands(without_secrets(env))
 
 
+def phase_findings() -> list[str]:
+    """For the report: what the repository's code did that was undone (step files written,
+    processes left running), since the last call."""
+    notes = [
+        f"the pull request's code wrote to this step's {name} file; what it wrote was undone"
+        for name in step_files.take_undone()
+    ]
+    swept = reaper.take_swept()
+    if swept:
+        notes.append(
+            f"the pull request's code left {swept} process(es) running after its phase "
+            "(a daemon?): killed before the results were read"
+        )
+    return notes
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from observer_ci.github.sticky import MARKER
+from observer_ci.report.escape import escape_text
 from tests.end_to_end.test_action import parse_outputs
 from tests.support import REPO_ROOT
 
@@ -260,8 +261,12 @@ def test_no_forged_line_reaches_the_step_files_and_the_outputs_are_intact(hostil
     assert summary == (hostile_run["out"] / "report.md").read_text(encoding="utf-8") + "\n"
     for path in files.values():
         assert "FORGED" not in path.read_text(encoding="utf-8"), path
-    # the undoing is said in the job log
+    # the undoing is said in the job log and in the report
     assert "wrote to this step's GITHUB_OUTPUT" in hostile_run["proc"].stdout
+    report = (hostile_run["out"] / "report.md").read_text(encoding="utf-8")
+    for name in STEP_FILES:
+        assert escape_text(f"wrote to this step's {name} file") in report, name
+    assert escape_text("process(es) running after its phase") in report
 
 
 def test_the_daemon_is_dead_when_the_action_returns_and_nothing_changes_after(hostile_run):
