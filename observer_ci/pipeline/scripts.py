@@ -70,8 +70,8 @@ def run_scripts(
     if writer:
         writer.begin(results, order)
     by_script: dict[int, list[ModelResult]] = {}
-    start = ScriptState.capture()  # every script starts from this, whatever the last one did
     with quiet_third_party(verbose):
+        start = ScriptState.capture()  # every script starts from this, whatever one did before
         for position, script in sorted(
             enumerate(str(s) for s in scripts), key=lambda item: order.index(item[1])
         ):
