@@ -11,7 +11,6 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from observer_ci.core.errors import ANSI_ESCAPE, traceback_tail
@@ -32,6 +31,7 @@ from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.environment import environment_fingerprint
 from observer_ci.pipeline.export_cache import forget_weight_digests
 from observer_ci.pipeline.model_steps import process_model
+from observer_ci.pipeline.script_state import ScriptState
 
 
 def run_scripts(
@@ -168,45 +168,6 @@ def script_traceback(exc: BaseException, script: str, max_frames: int = 12) -> s
     lines = traceback.format_list(frames[start:][-max_frames:])
     lines += traceback.format_exception_only(type(exc), exc)
     return ANSI_ESCAPE.sub("", "Traceback (most recent call last):\n" + "".join(lines)).strip()
-
-
-@dataclass(frozen=True)
-class ScriptState:
-    """What one script may change for the next ones: the working directory, the environment,
-    ``sys.path``, ``sys.argv`` and the standard streams. Captured once before the first script;
-    :meth:`restored` puts it back before a script runs and again after it (its models are
-    processed in the same state), so ``os.chdir``, ``sys.path.insert`` or
-    ``os.environ[...] = ...`` in one script never reach another."""
-
-    cwd: str
-    environ: dict[str, str]
-    path: list[str]
-    argv: list[str]
-    streams: tuple[object, object]
-
-    @classmethod
-    def capture(cls) -> ScriptState:
-        return cls(
-            os.getcwd(), dict(os.environ), list(sys.path), list(sys.argv), (sys.stdout, sys.stderr)
-        )
-
-    def restore(self) -> None:
-        with contextlib.suppress(OSError):  # the directory itself removed: nothing to go back to
-            os.chdir(self.cwd)
-        if dict(os.environ) != self.environ:
-            os.environ.clear()  # os.environ also calls unsetenv/putenv: C code sees it too
-            os.environ.update(self.environ)
-        sys.path[:] = self.path
-        sys.argv = list(self.argv)
-        sys.stdout, sys.stderr = self.streams  # type: ignore[assignment]
-
-    @contextlib.contextmanager
-    def restored(self) -> Iterator[None]:
-        self.restore()
-        try:
-            yield
-        finally:
-            self.restore()
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
-"""Each observation script starts in the same working directory, environment and ``sys.path``,
-whatever an earlier script did (``os.chdir``, ``sys.path.insert``, ``os.environ[...]``): two
-real scripts in a real ``observer-ci run`` child."""
+"""Each observation script starts in the same working directory, environment and ``sys.path``
+(umask, signal handlers, recursion limit too, no interval timer left armed), whatever an
+earlier script did (``os.chdir``, ``sys.path.insert``, ``os.environ[...]``, ``setitimer``):
+two real scripts in a real ``observer-ci run`` child."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ sys.path.insert(0, "/planted/by/the/first/script")
 os.environ["PLANTED_BY_FIRST"] = "1"
 os.environ.pop("KEPT_FOR_ALL", None)
 sys.stdout = open(os.devnull, "w")
+import signal
+os.umask(0o077)
+signal.signal(signal.SIGTERM, lambda *a: None)
+signal.setitimer(signal.ITIMER_REAL, 0.5)  # SIGALRM kills the process unless disarmed
+sys.setrecursionlimit(123456)
 """
 
 LOOKS = """
@@ -31,6 +37,11 @@ state = {
     "getenv_c": os.getenv("PLANTED_BY_FIRST"),
     "stdout_is_devnull": getattr(sys.stdout, "name", "") == os.devnull,
 }
+import signal, time
+time.sleep(1.0)  # an alarm left armed by the first script would fire now
+state["umask"] = os.umask(0o022)
+state["sigterm_default"] = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+state["recursion_limit_changed"] = sys.getrecursionlimit() == 123456
 with open(os.environ["STATE_FILE"], "w") as f:
     json.dump(state, f)
 """
@@ -55,6 +66,7 @@ def test_a_script_that_changes_directory_path_and_environment_does_not_reach_the
         + ["--out", "out", "--fail-on", "none"],
         cwd=work,
         env=env,
+        preexec_fn=lambda: os.umask(0o022),
         capture_output=True,
         text=True,
         timeout=300,
@@ -68,6 +80,9 @@ def test_a_script_that_changes_directory_path_and_environment_does_not_reach_the
         "kept_env": "yes",
         "getenv_c": None,
         "stdout_is_devnull": False,
+        "umask": 0o022,
+        "sigterm_default": True,
+        "recursion_limit_changed": False,
     }
     results = RunResults.read(work / "out" / "results.json")  # written where it was asked
     errors = {m.script: m.error or "" for m in results.models}
