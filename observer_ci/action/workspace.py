@@ -423,7 +423,10 @@ def pair_latencies(
         timeout_s=settings.timeout_seconds,
     )
     if outcome.returncode != 0:
-        logger.warning("paired latency timing failed: %s", outcome.describe("pair", 0))
+        logger.warning(
+            "paired latency timing failed: %s",
+            outcome.describe("observer-ci pair", settings.timeout_minutes),
+        )
         return None
     try:
         return RunResults.read(head_json)
