@@ -18,14 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from observer_ci.action import reaper
 from observer_ci.action.artifact import Payload, write_payload
 from observer_ci.action.check_run import SUMMARY_MAX_CHARS, CheckRun
 from observer_ci.action.comment import RenderReport, post_report
 from observer_ci.action.history import load_history, record_history, workspace_settings
 from observer_ci.action.isolation import secure_environment
+from observer_ci.action.seal import Seal
 from observer_ci.action.settings import MODE_PUBLISH, Settings, SettingsError
 from observer_ci.action.verdict import accept_in_run, with_section
-from observer_ci.action.workspace import run_base_and_head, run_install, run_scripts_subprocess
+from observer_ci.action.workspace import (
+    phase_findings,
+    run_base_and_head,
+    run_install,
+    run_scripts_subprocess,
+)
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.constants import (
     EXIT_INTERNAL_ERROR,
@@ -69,13 +76,15 @@ def main(
 
     With ``env=None`` (the real action) the process first drops every secret from its
     environment (:func:`observer_ci.action.isolation.secure_environment`; this re-executes it)
-    and, as with ``handle_sigterm``, unwinds on SIGTERM (:func:`exit_on_sigterm`).
+    and, as with ``handle_sigterm``, unwinds on SIGTERM (:func:`exit_on_sigterm`) and becomes
+    the subreaper of what it starts (:func:`observer_ci.action.reaper.arm`).
     """
     if env is None:
         env = secure_environment()
         handle_sigterm = True
     if handle_sigterm:
         exit_on_sigterm()
+        reaper.arm()  # the action's own process: every orphan below it is ours to sweep
     env = dict(env)
     configure()
     try:
@@ -116,18 +125,9 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     settings, asked = workspace_settings(settings), settings
     check = CheckRun(settings)
     check.start(github_client(settings))
-    install_error = run_install(settings, env)
-    if install_error:
-        base = None
-        head = run_scripts_subprocess(
-            settings.scripts, out / "head", label="head", settings=settings, env=env, notes=notes
-        )
-    else:
-        base, head = run_base_and_head(settings, out, notes, env)
+    base, head = _run_untrusted(settings, out, notes, env)
     progress.base = base
     progress.head = head
-    if install_error:
-        head.models.insert(0, install_error)
     head.commit = head.commit or settings.head_sha
     if base is not None and settings.baseline == "base":
         base.commit = base.commit or settings.base_commit or ""
@@ -146,16 +146,38 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     recorded = record_history(asked, head)
     if recorded is not None:
         outputs["history_path"] = str(recorded)
+    seal = Seal.of(out / name for name in ("results.json", "base-results.json", "report.md"))
     for note in notes:
         workflow.command("warning", note)
     progress.outputs.update(outputs)
     outputs.update(_write_payload(settings, head, base))
+    seal.add([Path(settings.payload_path)])
+    seal.verify()  # unchanged before posting (nothing of the pull request's is alive now)
     outputs.update(post_report(settings, github_client(settings), render))
     summary = render(SUMMARY_MAX_CHARS)
     outputs.update(check.finish(github_client(settings), regressions, summary, head))
     progress.outputs.update(outputs)
     write_outputs(settings, outputs)
+    seal.verify()
     return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+
+
+def _run_untrusted(
+    settings: Settings, out: Path, notes: list[str], env: Mapping[str, str]
+) -> tuple[RunResults | None, RunResults]:
+    """The install command, then the head (and base) runs: every phase of pull-request code,
+    its processes swept and its writes to the step files undone (``phase_findings``)."""
+    install_error = run_install(settings, env)
+    if install_error:
+        base = None
+        head = run_scripts_subprocess(
+            settings.scripts, out / "head", label="head", settings=settings, env=env, notes=notes
+        )
+        head.models.insert(0, install_error)
+    else:
+        base, head = run_base_and_head(settings, out, notes, env)
+    notes.extend(phase_findings())
+    return base, head
 
 
 def _write_payload(settings: Settings, head: RunResults, base: RunResults | None) -> dict:
@@ -276,6 +298,7 @@ def exit_on_sigterm() -> None:
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
+    reaper.stop_everything()  # every child, base and head alike, and what they started
     raise SystemExit(128 + signum)
 
 

@@ -2,10 +2,13 @@
 processes (``observer-ci run``; ``results.json`` and the run journal are the contract), and
 the base commit in a ``git worktree`` for ``baseline: base``.
 
-Repository code runs only in children (:func:`run_isolated`): each in its own process
-group (a hang is killed with everything it started), with an environment cleaned of
-every secret (:func:`observer_ci.action.isolation.without_secrets`), its output forwarded to the
-job log inside a stop-commands guard. A script that hangs, calls ``os._exit`` or is
+Repository code runs only in children (:func:`run_isolated`): each in its own session
+(a hang is killed with everything it started; what it left running, daemons included, is
+swept when it ends: :mod:`observer_ci.action.reaper`), with an environment cleaned of every
+secret and step file (:func:`untrusted_environment`), the runner's step files put back as
+they were when it ends (:mod:`observer_ci.action.step_files`), its output forwarded to the
+job log inside a stop-commands guard. git runs only through :mod:`observer_ci.action.git_safe`.
+A script that hangs, calls ``os._exit`` or is
 killed (OOM) loses only its own rows: the journal keeps the finished scripts' rows and
 a new child runs the scripts not started yet.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import signal
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from observer_ci.action import git_safe, reaper, step_files
 from observer_ci.action.child_run import child_command, child_run_options
 from observer_ci.action.isolation import without_secrets
 from observer_ci.action.settings import Settings
@@ -84,29 +89,25 @@ def run_isolated(
     """Runs repository code: clean environment, own process group, output forwarded to
     the job log inside the stop-commands guard; killed (with its group) when its time is
     up: ``timeout_s + startup_s`` at first, then whatever ``progressed()`` returns when it
-    returns a number (a new period, from now). Leftover processes of the group are
-    killed when it ends."""
+    returns a number (a new period, from now). When it ends, its group is killed, every process
+    it left is swept (:func:`observer_ci.action.reaper.sweep`) and the step files are put back
+    (:func:`observer_ci.action.step_files.guarded`), in that order."""
     begin = time.monotonic()
     tail = bytearray()
-    with workflow.commands_stopped():
-        proc = subprocess.Popen(
+    with workflow.commands_stopped(), step_files.guarded(env):
+        # leaving: the child's group killed, what it left swept, then the step files put back
+        with reaper.tracked(
             cmd,
             shell=shell,
             cwd=cwd,
-            env=without_secrets(env),
+            env=untrusted_environment(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: killed as a whole
-        )
-        reader = threading.Thread(target=_forward, args=(proc, tail), daemon=True)
-        reader.start()
-        try:
+        ) as proc:
+            reader = threading.Thread(target=_forward, args=(proc, tail), daemon=True)
+            reader.start()
             timed_out = _wait(proc, begin + timeout_s + startup_s, progressed)
-        except BaseException:  # cancelled (SIGTERM, Ctrl-C): take the children along
-            _kill_group(proc)
-            raise
-        _kill_group(proc)  # what it left behind (a daemon it started, say)
         reader.join(timeout=5)
         with contextlib.suppress(OSError):
             proc.stdout.close()  # type: ignore[union-attr]
@@ -133,7 +134,7 @@ def _wait(
         if period is not None:
             deadline = now + period
         if now > deadline:
-            _kill_group(proc)
+            reaper.kill_group(proc)
             proc.wait()
             return True
 
@@ -152,12 +153,25 @@ def _forward(proc: subprocess.Popen, tail: bytearray) -> None:
         del tail[: max(0, len(tail) - OUTPUT_TAIL_CHARS * 4)]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    if hasattr(os, "killpg"):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    elif proc.poll() is None:
-        proc.kill()
+def untrusted_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """What the repository's code gets: no secret, no step file (:mod:`step_files`)."""
+    return step_files.without_file_commands(without_secrets(env))
+
+
+def phase_findings() -> list[str]:
+    """For the report: what the repository's code did that was undone (step files written,
+    processes left running), since the last call."""
+    notes = [
+        f"the pull request's code wrote to this step's {name} file; what it wrote was undone"
+        for name in step_files.take_undone()
+    ]
+    swept = reaper.take_swept()
+    if swept:
+        notes.append(
+            f"the pull request's code left {swept} process(es) running after its phase "
+            "(a daemon?): killed before the results were read"
+        )
+    return notes
 
 
 def _signal_name(number: int) -> str:
@@ -401,17 +415,22 @@ def pair_latencies(
         "--rounds",
         str(settings.repeat),
     ]
-    try:
-        subprocess.run(
-            cmd,
-            cwd=settings.workspace,
-            env=without_tokens(os.environ if env is None else env),
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=settings.timeout_seconds,
+    # the child imports from the workspace (python -m puts it first on sys.path): untrusted
+    outcome = run_isolated(
+        cmd,
+        cwd=settings.workspace,
+        env=os.environ if env is None else env,
+        timeout_s=settings.timeout_seconds,
+    )
+    if outcome.returncode != 0:
+        logger.warning(
+            "paired latency timing failed: %s",
+            outcome.describe("observer-ci pair", settings.timeout_minutes),
         )
+        return None
+    try:
         return RunResults.read(head_json)
-    except (subprocess.TimeoutExpired, OSError, ValueError) as e:
+    except (OSError, ValueError) as e:
         logger.warning("paired latency timing failed: %s", e)
         return None
 
@@ -445,10 +464,12 @@ def load_baseline(
         notes.append("baseline 'base' needs a pull_request event (no base commit found)")
         return None
     worktree = Path(tempfile.mkdtemp(prefix="observer-ci-base-"))
+    git = functools.partial(git_safe.git, settings.workspace, timeout_s=settings.timeout_seconds)
     try:
-        git(settings.workspace, "fetch", "--no-tags", "--depth=1", "origin", sha, check=False)
-        git(settings.workspace, "worktree", "add", "--detach", str(worktree), sha)
-    except RuntimeError as e:
+        with contextlib.suppress(git_safe.GitError):  # the commit may be there already
+            git("fetch", "--no-tags", "--depth=1", "origin", sha, check=False)
+        git("worktree", "add", "--detach", str(worktree), sha)
+    except git_safe.GitError as e:
         notes.append(f"base commit {sha[:12]} could not be checked out: {e}")
         shutil.rmtree(worktree, ignore_errors=True)
         return None
@@ -465,16 +486,6 @@ def load_baseline(
             notes=notes,
         )
     finally:
-        git(settings.workspace, "worktree", "remove", "--force", str(worktree), check=False)
+        with contextlib.suppress(git_safe.GitError):
+            git("worktree", "remove", "--force", str(worktree), check=False)
         shutil.rmtree(worktree, ignore_errors=True)
-
-
-def git(cwd: str, *args: str, check: bool = True) -> str:
-    """Runs git; ``safe.directory`` because the action's container user differs from the
-    checkout's owner (git refuses such repositories otherwise)."""
-    cmd = ["git", "-c", "safe.directory=*", *args]
-    env = without_secrets(os.environ)
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {proc.stderr.strip()[-500:]}")
-    return proc.stdout

@@ -31,6 +31,7 @@ from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.environment import environment_fingerprint
 from observer_ci.pipeline.export_cache import forget_weight_digests
 from observer_ci.pipeline.model_steps import process_model
+from observer_ci.pipeline.script_state import ScriptState
 
 
 def run_scripts(
@@ -70,12 +71,13 @@ def run_scripts(
         writer.begin(results, order)
     by_script: dict[int, list[ModelResult]] = {}
     with quiet_third_party(verbose):
+        start = ScriptState.capture()  # every script starts from this, whatever one did before
         for position, script in sorted(
             enumerate(str(s) for s in scripts), key=lambda item: order.index(item[1])
         ):
             if writer:
                 writer.start(script)
-            models = run_script(script, out, config=config, progress=progress)
+            models = run_script(script, out, config=config, progress=progress, state=start)
             by_script[position] = models
             if writer:
                 writer.done(script, models)
@@ -84,9 +86,16 @@ def run_scripts(
 
 
 def run_script(
-    script: str, out_dir: Path, *, config: RunConfig, progress: Progress = progress_line
+    script: str,
+    out_dir: Path,
+    *,
+    config: RunConfig,
+    progress: Progress = progress_line,
+    state: ScriptState | None = None,
 ) -> list[ModelResult]:
-    """Executes one observation script, then processes what it registered."""
+    """Executes one observation script, then processes what it registered; the script starts
+    in ``state`` (default: the current one) and its models are processed in it."""
+    state = state or ScriptState.capture()
     progress(f"running {script}")
     forget_weight_digests()  # user code runs next: weights may change unseen
     registry.take_registered()
@@ -94,7 +103,7 @@ def run_script(
     begin = time.perf_counter()
     try:
         with log_group(f"observer-ci: script {script}"):
-            _execute(script)
+            _execute(script, state)
     except BaseException as e:  # SystemExit and KeyboardInterrupt-like exits of scripts too
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -174,7 +183,12 @@ def _heap_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _execute(script: str) -> None:
+def _execute(script: str, state: ScriptState) -> None:
+    with state.restored():
+        _run_path(script)
+
+
+def _run_path(script: str) -> None:
     path = Path(script)
     if not path.is_file():
         raise FileNotFoundError(f"observation script not found: {script}")

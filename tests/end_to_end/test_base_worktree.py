@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,10 @@ def git(cwd: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def pr_repo(tmp_path_factory) -> tuple[Path, str]:
-    repo = tmp_path_factory.mktemp("repo")
+    return make_pr_repo(tmp_path_factory.mktemp("repo"))
+
+
+def make_pr_repo(repo: Path) -> tuple[Path, str]:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "ci@example.invalid")
     git(repo, "config", "user.name", "ci")
@@ -126,3 +130,59 @@ def test_base_commit_runs_in_a_worktree_and_node_growth_fails_the_build(pr_repo,
     assert git(repo, "worktree", "list").count("\n") == 0
     changed = [line for line in git(repo, "status", "--porcelain").splitlines()]
     assert [line for line in changed if not line.startswith("??")] == []  # tracked files intact
+
+
+# pull-request code in `install`: a post-checkout hook sleeping 60 s, a core.fsmonitor program,
+# a smudge filter on every file; the action's `git worktree add` must run none of them
+PLANT = (
+    'printf "#!/bin/sh\\necho hook >> $MARKS/ran\\nsleep 60\\n" > .git/hooks/post-checkout'
+    " && chmod +x .git/hooks/post-checkout"
+    ' && printf "#!/bin/sh\\necho fsmonitor >> $MARKS/ran\\nexit 1\\n" > $MARKS/fsmonitor'
+    " && chmod +x $MARKS/fsmonitor && git config core.fsmonitor $MARKS/fsmonitor"
+    " && git config filter.evil.smudge \"sh -c 'echo smudge >> $MARKS/ran; cat'\""
+    ' && echo "* filter=evil" > .git/info/attributes'
+)
+
+
+def test_hooks_and_config_planted_by_install_never_run_in_the_base_checkout(tmp_path):
+    (tmp_path / "repo").mkdir()
+    repo, base_sha = make_pr_repo(tmp_path / "repo")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 3, "base": {"sha": base_sha}}}))
+    out = tmp_path / "out"
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin:/usr/local/bin",
+        "PYTHONPATH": str(REPO),
+        "HOME": str(tmp_path),
+        "MARKS": str(marks),
+        "INPUT_INSTALL": PLANT,
+        "INPUT_SCRIPT": "observe/net.py",
+        "INPUT_BASELINE": "base",
+        "INPUT_TIMEOUT_MINUTES": "0.5",
+        "INPUT_OUT": str(out),
+        "INPUT_REPEAT": "1",
+        "INPUT_DRY_RUN": "true",
+        "GITHUB_WORKSPACE": str(repo),
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_OUTPUT": str(tmp_path / "output.txt"),
+    }
+    begin = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "entrypoint.py")],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    elapsed = time.monotonic() - begin
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert (repo / ".git" / "hooks" / "post-checkout").is_file()  # install did plant them
+    assert "core.fsmonitor" in git(repo, "config", "--list")
+    assert not (marks / "ran").exists(), (marks / "ran").read_text()
+    base = RunResults.read(out / "base-results.json")  # the base commit did run, unfiltered
+    assert [m.name for m in base.models] == ["net"], base.models
+    assert "could not be checked out" not in proc.stdout
+    assert elapsed < 120, elapsed

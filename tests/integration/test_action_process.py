@@ -116,3 +116,65 @@ def test_a_cancelled_action_takes_its_running_child_along(tmp_path):
     while _alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child_pid)
+
+
+DAEMON_CHILD = """
+import os, sys, time
+open(CHILD_PID, "w").write(str(os.getpid()))
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OBSERVER_CI")}
+        os.execve(sys.executable, [sys.executable, "-c", DAEMON], env)
+    os._exit(0)
+time.sleep(600)
+"""
+DAEMON = "import os, time; open({pid_file!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the subreaper is Linux's")
+@pytest.mark.parametrize("cancelled", [False, True], ids=["finished", "cancelled"])
+def test_a_setsid_double_fork_daemon_dies_with_its_phase(tmp_path, cancelled):
+    # the daemon leaves the child's session and process group, its parent chain (double
+    # fork) and the marker variable (a new program without it): the subreaper still has it
+    pid_file, child_pid = tmp_path / "daemon.pid", tmp_path / "child.pid"
+    child = f"DAEMON = {DAEMON.format(pid_file=str(pid_file))!r}\n" + DAEMON_CHILD
+    child = f"CHILD_PID = {str(child_pid)!r}\n" + child
+    run = f"run_isolated([sys.executable, '-c', {child!r}], cwd='.', env=dict(os.environ),"
+    parent = (
+        "import os, sys, threading, time\n"
+        "from observer_ci.action import reaper\n"
+        "from observer_ci.action.main import exit_on_sigterm\n"
+        "from observer_ci.action.workspace import run_isolated\n"
+        "exit_on_sigterm()\n"
+        "assert reaper.arm()\n"
+    )
+    if cancelled:  # as base (a worker thread) and head (the main thread) run side by side
+        parent += (
+            f"threading.Thread(target=lambda: {run} timeout_s=600), daemon=True).start()\n"
+            "run_isolated([sys.executable, '-c', 'import time; time.sleep(600)'], cwd='.',"
+            " env=dict(os.environ), timeout_s=600)\n"
+        )
+    else:  # the action goes on after the phase (posting...): the daemon must be dead already
+        parent += f"{run} timeout_s=3)\nprint('returned', flush=True)\ntime.sleep(600)\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        daemon = int(pid_file.read_text())
+        assert _alive(daemon)
+        if cancelled:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 128 + signal.SIGTERM
+        else:
+            while "returned" not in (line := proc.stdout.readline()):  # type: ignore[union-attr]
+                assert line, "the parent ended before run_isolated returned"
+        assert not _alive(daemon)
+        assert not _alive(int(child_pid.read_text()))  # the phase's own child too
+    finally:
+        proc.kill()
+        proc.wait()
