@@ -26,7 +26,6 @@ import onnx
 import torch
 
 from observer_ci.core.constants import KNOWN_OP_CASE_NEXT_STEPS, MASKED_POSITIONS, PADDING_FAST_PATH
-from observer_ci.core.errors import error_tail
 from observer_ci.core.results import FirstDivergence
 from observer_ci.pipeline.diff import comparable_array
 from observer_ci.pipeline.divergence_graph import (
@@ -107,64 +106,6 @@ def locate_first_divergence(
     if case is not None and result.known_case is None:
         result.known_case, result.next_step = case, KNOWN_OP_CASE_NEXT_STEPS[case]
     return result
-
-
-def locate_probe_divergence(
-    model: torch.nn.Module,
-    onnx_path: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    feeds: dict[str, np.ndarray],
-    abs_max: float,
-    rel_max: float,
-    *,
-    method_name: str = "forward",
-) -> FirstDivergence | None:
-    """The same at the probe's unseen size: ``args``/``kwargs``/``feeds`` as the probe built
-    them (``probe.run_probe``'s ``on_mismatch`` hands them over)."""
-    return locate_first_divergence(
-        model,
-        onnx_path,
-        args,
-        kwargs,
-        feeds,
-        abs_max,
-        rel_max,
-        method_name=method_name,
-        where="probe",
-    )
-
-
-@dataclass
-class ProbeLocator:
-    """``probe.run_probe``'s ``on_mismatch``: locates the first divergence at the probe's
-    unseen size with the inputs the probe built. Never raises (the probe's verdict stands
-    without it): a failure is kept in ``error``."""
-
-    model: torch.nn.Module
-    onnx_path: str
-    abs_max: float
-    rel_max: float
-    method_name: str = "forward"
-    found: FirstDivergence | None = None
-    error: str | None = None
-
-    def __call__(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], feeds: dict[str, np.ndarray]
-    ) -> None:
-        try:
-            self.found = locate_probe_divergence(
-                self.model,
-                self.onnx_path,
-                args,
-                kwargs,
-                feeds,
-                self.abs_max,
-                self.rel_max,
-                method_name=self.method_name,
-            )
-        except Exception as e:
-            self.error = f"the first divergence at the unseen size was not located: {error_tail(e)}"
 
 
 def _record_calls(

@@ -17,7 +17,7 @@ import torch
 
 from observer_ci.core.constants import DEFAULT_OPSET, KNOWN_OP_CASE_NEXT_STEPS, PADDING_FAST_PATH
 from observer_ci.observing.observer import InputObserver
-from observer_ci.pipeline.divergence import ProbeLocator, locate_first_divergence
+from observer_ci.pipeline.divergence import locate_first_divergence
 from observer_ci.pipeline.export import as_module
 from observer_ci.pipeline.onnx_exporter import onnx_export
 from observer_ci.pipeline.probe import run_probe
@@ -250,10 +250,12 @@ def test_the_probe_names_the_block_whose_size_branch_the_graph_fixed(tmp_path):
     path = export(
         model, args, tmp_path, kwargs=kwargs, dynamic_shapes=observer.infer_dynamic_shapes()
     )
-    locator = ProbeLocator(model, path, ATOL, RTOL)
-    probe = run_probe(observer, model, ort.InferenceSession(path), on_mismatch=locator)
-    assert probe.ran and probe.success is False and locator.error is None
-    found = locator.found
+    unseen: list[tuple] = []  # what the probe hands the diagnosis (family_server)
+    probe = run_probe(
+        observer, model, ort.InferenceSession(path), on_mismatch=lambda *call: unseen.append(call)
+    )
+    assert probe.ran and probe.success is False and len(unseen) == 1
+    found = locate_first_divergence(model, path, *unseen[0], ATOL, RTOL, where="probe")
     assert found is not None and found.where == "probe" and found.call_index is None
     assert (found.module, found.module_class) == ("blocks.1", "SizeBranch")
     assert source_line(found.source) == (THIS_FILE, line_of("# the observed sizes' side"))
@@ -281,11 +283,12 @@ def test_a_method_graph_with_external_weights_is_located(tmp_path):
     assert (found.module, found.module_class) == ("body.blocks.0", "Block")
 
 
-def test_a_probe_locator_keeps_its_failure_as_data(tmp_path):
-    locator = ProbeLocator(Stack().eval(), str(tmp_path / "missing.onnx"), ATOL, RTOL)
+def test_a_graph_that_cannot_run_raises_for_the_diagnosis_to_keep_as_a_note(tmp_path):
     x = torch.randn(5, 8)
-    locator((x,), {}, {"x": x.numpy()})
-    assert locator.found is None and "not located" in locator.error
+    with pytest.raises(Exception, match="missing.onnx"):
+        locate_first_divergence(
+            Stack().eval(), str(tmp_path / "missing.onnx"), (x,), {}, {"x": x.numpy()}, ATOL, RTOL
+        )
 
 
 class Shared(torch.nn.Module):
