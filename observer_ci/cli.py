@@ -274,7 +274,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.pipeline.config import RunConfig
 
     try:
-        config = RunConfig.from_options(options, thresholds, tuple(policy.tolerances()))
+        config = RunConfig.from_options(
+            options, thresholds, tuple(policy.tolerances()), policy=policy
+        )
     except ValueError as e:
         raise UsageError(str(e)) from e
     base, history = _baseline(options.baseline, options.history_runs)
@@ -386,7 +388,7 @@ def publish(
         base,
         write_results=write_results,
         thresholds=thresholds,
-        policy_lines=policy.describe() if policy is not None else [],
+        policy_lines=policy.effective([m.name for m in head.models], thresholds) if policy else [],
         trend=trend,
     )
     for m in head.models:

@@ -22,10 +22,13 @@ SCHEMA_VERSION = 3
 # Versions ``from_dict`` reads: 2 added ``GraphResult.variants`` (older files have none);
 # 3 adds optional fields with defaults (older files load with those defaults):
 #   ModelResult.diagnosis / GraphResult.diagnosis (why a graph disagrees, issue 19);
+#   ModelResult.skip_reason (status "skipped"), ObservationResult.output_errors,
+#   GraphResult.footprint (peak memory, session creation time; issue 24);
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
 STATUS_OK = "ok"
+STATUS_SKIPPED = "skipped"  # the policy file skips the model (ModelResult.skip_reason)
 STATUS_DISCREPANCY = "discrepancy"  # ORT ran but outputs differ beyond tolerance
 STATUS_PROBE_FAILED = "probe_failed"  # observed calls pass, an unseen size breaks the graph
 STATUS_ORT_FAILED = "ort_failed"  # export ok, onnxruntime failed on at least one observation
@@ -34,6 +37,7 @@ STATUS_OBSERVE_FAILED = "observe_failed"  # inference of args / dynamic shapes f
 STATUS_SCRIPT_FAILED = "script_failed"  # the observation script raised
 STATUSES = (
     STATUS_OK,
+    STATUS_SKIPPED,
     STATUS_DISCREPANCY,
     STATUS_PROBE_FAILED,
     STATUS_ORT_FAILED,
@@ -121,6 +125,8 @@ class ObservationResult:
     family: str | None = None  # the graph that served this call (see ModelResult.graphs)
     stand_ins: list[str] = field(default_factory=list)  # absent inputs fed as 0-length tensors
     note: str | None = None  # how the call was served when not as observed
+    # output name -> [abs, rel], when the policy file gives the model per-output tolerances
+    output_errors: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,6 +270,7 @@ class ModelResult:
     # {"dtype", "abs_max", "rel_max"} when a float16/bfloat16 model is held to its dtype's
     tolerance: dict[str, Any] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None  # set only when the model exceeds its tolerance
+    skip_reason: str | None = None  # why the policy file skips it (status "skipped")
 
     @property
     def median_ort_latency_s(self) -> float | None:

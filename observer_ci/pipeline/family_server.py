@@ -374,6 +374,7 @@ class FamilyServer:
                     repeat=config.repeat,
                     budget_s=config.time_budget_s,
                     threads=config.torch_threads,
+                    outputs=config.outputs,
                 ).result
                 row.index, row.family = index, family.name
                 row.stand_ins, _made_up = stand_ins(sub, local, dynamic)
@@ -453,6 +454,7 @@ class FamilyServer:
                     set_batch_dimension_for=flags,
                     atol=self.config.atol,
                     rtol=self.config.rtol,
+                    outputs=self.config.outputs,
                 )
             except Exception as e:
                 return ProbeResult(ran=True, ok=False, error=error_tail(e))

@@ -9,7 +9,7 @@ Sizes are chosen by plans tried in order until torch eager accepts the inputs:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -17,9 +17,10 @@ import torch
 from observer_ci.core.dim_names import dim_classes
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import ProbeResult
+from observer_ci.core.tolerances import OutputTolerance
 from observer_ci.observing.observer import InputObserver
 from observer_ci.pipeline.causes import BrokenDim, explain_probe_failure, explain_probe_mismatch
-from observer_ci.pipeline.diff import flatten_outputs, max_diff
+from observer_ci.pipeline.diff import flatten_outputs, judge_outputs, max_diff, output_names
 from observer_ci.pipeline.replay import match_feeds
 
 Plan = dict[tuple[int, int], int]  # (leaf index, dim) -> new size
@@ -113,8 +114,10 @@ def run_probe(
     set_batch_dimension_for: Any = None,
     atol: float = 1e-4,
     rtol: float = 0.1,
+    outputs: Sequence[OutputTolerance] = (),
 ) -> ProbeResult:
-    """Runs the first plan torch eager accepts through onnxruntime and compares."""
+    """Runs the first plan torch eager accepts through onnxruntime and compares (each
+    output at its own tolerance with ``outputs``, the policy file's)."""
     dynamic = observer.dynamic_dims(set_batch_dimension_for)
     if not any(dynamic):
         return ProbeResult(ran=False, reason="no dynamic dimension to probe")
@@ -127,7 +130,8 @@ def run_probe(
         args, kwargs = observer.call_arguments(flat)
         try:
             with torch.no_grad():
-                expected = flatten_outputs(method(*args, **kwargs))
+                produced = method(*args, **kwargs)
+            expected = flatten_outputs(produced)
         except Exception as e:
             rejections.append(f"{label}: torch rejected it ({error_tail(e, 300)})")
             continue
@@ -145,7 +149,7 @@ def run_probe(
                 cause=explain_probe_failure(error_tail(e), broken),
             )
         diff = max_diff(expected, got)
-        within = diff.within(atol, rtol)
+        within, _ = judge_outputs(diff, output_names(produced), atol, rtol, outputs)
         return ProbeResult(
             ran=True,
             ok=diff.comparable,

@@ -24,6 +24,7 @@ from observer_ci.core.constants import MARKER
 from observer_ci.core.results import (
     STATUS_DISCREPANCY,
     STATUS_OK,
+    STATUS_SKIPPED,
     STATUSES,
     Cause,
     ExportResult,
@@ -142,6 +143,8 @@ def _message(text: Any, max_chars: int | None = None) -> str:
 def _status_emoji(status: str) -> str:
     if status == STATUS_OK:
         return "✅"
+    if status == STATUS_SKIPPED:
+        return "⏭️"
     if status == STATUS_DISCREPANCY:
         return "⚠️"
     return "❌"
@@ -303,10 +306,13 @@ class _Renderer:
         status = _status_emoji(model.status)
         if model.status != STATUS_OK:
             status += " " + _inline(model.status, 40)
+        export = _export_cell(model.export, old.export if old else None) + _graphs_suffix(model)
+        if model.skip_reason is not None:
+            export = "skipped: " + _inline(model.skip_reason, 80)
         row: list[object] = [
             Markup(status),
             model.name,
-            Markup(_export_cell(model.export, old.export if old else None) + _graphs_suffix(model)),
+            Markup(export),
             Markup(_error_cell(model, old, "abs")),
             Markup(_error_cell(model, old, "rel")),
             Markup(_ort_cell(model, old, self.versus_base)),
@@ -454,6 +460,11 @@ class _Renderer:
         blocks = [f"<details><summary>{_status_emoji(model.status)} {summary}</summary>"]
         if model.cause is not None:
             blocks.append(_cause_lines(model.cause))
+        if model.skip_reason is not None:
+            blocks.append(
+                f"⏭️ Skipped by the policy file, neither exported nor run: "
+                f"{_message(model.skip_reason, 400)}"
+            )
         if model.notes:
             blocks.append("\n".join(f"- ⚠️ {_message(n, 400)}" for n in model.notes))
         facts = [

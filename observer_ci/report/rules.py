@@ -31,7 +31,7 @@ from observer_ci.core.results import (
     VariantResult,
     max_or_none,
 )
-from observer_ci.core.tolerances import limit_for
+from observer_ci.core.tolerances import OutputTolerance, limit_for, outputs_over
 from observer_ci.core.variants import (
     CPU,
     FLOAT32,
@@ -249,7 +249,8 @@ def compare(
             th = policy.thresholds_for(model.name, thresholds)
             rules = policy.fail_on_for(model.name, fail_on)
         band = (bands or {}).get(model.name)
-        regressions = _compare_model(model, old, th, rules, base is not None, band)
+        outputs = policy.outputs_for(model.name) if policy is not None else ()
+        regressions = _compare_model(model, old, th, rules, base is not None, band, outputs)
         accepted = policy.accepted_for(model.name) if policy is not None else set()
         found.extend(
             dataclasses.replace(r, fails_build=False, message=f"{ACCEPTED}: {r.message}")
@@ -279,6 +280,7 @@ def _compare_model(
     fail_on: set[str],
     has_base_run: bool = False,
     band: Band | None = None,
+    outputs: tuple[OutputTolerance, ...] = (),
 ) -> list[Regression]:
     # Failure, discrepancy, error growth and the probe can all be symptoms of one
     # broken graph: they are folded into one regression (its root cause).
@@ -286,7 +288,10 @@ def _compare_model(
     failure = _failure(head, base, fail_on, has_base_run)
     if failure is not None:
         symptoms.append(failure)
-    symptoms.extend(_discrepancy(head, base, th, fail_on))
+    if outputs and any(o.output_errors for o in head.observations):
+        symptoms.extend(_output_discrepancy(head, base, th, fail_on, outputs))
+    else:
+        symptoms.extend(_discrepancy(head, base, th, fail_on))
     if base is not None:
         symptoms.extend(_growth(head, base, th, fail_on))
     probe = _probe(head, base, fail_on)
@@ -409,6 +414,49 @@ def _discrepancy(
             _reg(head, "discrepancy", message, old, value, fail_on, preexisting=preexisting)
         )
     return found
+
+
+def _output_discrepancy(
+    head: ModelResult,
+    base: ModelResult | None,
+    th: Thresholds,
+    fail_on: set[str],
+    outputs: tuple[OutputTolerance, ...],
+) -> list[Regression]:
+    """``discrepancy`` of a model whose outputs have their own tolerances (the policy
+    file's): each output judged by its worst error over the calls, the worst over-limit
+    output of each metric reported."""
+    found = []
+    for metric in ("abs", "rel"):
+        over = _outputs_over(head, th, outputs, metric)
+        if not over:
+            continue
+        name, value, limit = max(over, key=lambda o: (math.isnan(o[1]), o[1] / (o[2] or 1e-30)))
+        others = f" (and {plural(len(over) - 1, 'other output')})" if len(over) > 1 else ""
+        message = f"output {name}: max {metric} error {value:.3g} > {metric}_max {limit:.3g}"
+        message += others
+        old = None if base is None else worst_error(base, metric)
+        preexisting = base is not None and bool(_outputs_over(base, th, outputs, metric))
+        if preexisting:
+            message = f"{STILL_FAILING}: {message}"
+        found.append(
+            _reg(head, "discrepancy", message, old, value, fail_on, preexisting=preexisting)
+        )
+    return found
+
+
+def _outputs_over(
+    model: ModelResult, th: Thresholds, outputs: tuple[OutputTolerance, ...], metric: str
+) -> list[tuple[str, float, float]]:
+    """(output, worst error over the calls, its limit) of the outputs over their limit."""
+    abs_max = limit_for(model.tolerance, "abs", th.abs_max)
+    rel_max = limit_for(model.tolerance, "rel", th.rel_max)
+    worst: dict[str, tuple[float, float]] = {}
+    for o in model.observations:
+        for name, m, value, limit in outputs_over(o.output_errors, outputs, abs_max, rel_max):
+            if m == metric and (name not in worst or value != value or value > worst[name][0]):
+                worst[name] = (value, limit)
+    return [(name, value, limit) for name, (value, limit) in sorted(worst.items())]
 
 
 def _growth(
