@@ -23,7 +23,8 @@ SCHEMA_VERSION = 3
 # 3 adds optional fields with defaults (older files load with those defaults):
 #   ModelResult.diagnosis / GraphResult.diagnosis (why a graph disagrees, issue 19);
 #   ModelResult.skip_reason (status "skipped"), ObservationResult.output_errors,
-#   GraphResult.footprint (peak memory, session creation time; issue 24);
+#   GraphResult.footprint (peak memory, session creation time), RunResults.peak_rss_bytes
+#   (issue 24);
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
@@ -231,6 +232,22 @@ class Diagnosis:
 
 
 @dataclass
+class Footprint:
+    """What one graph cost the child (``pipeline/memory.py``): the peak RSS of each phase over
+    the RSS when it began (what the phase added; bytes), the process's peak during it, and
+    the session's creation time. None: not measured (an export restored from the cache)."""
+
+    export_bytes: int | None = None  # torch.onnx.export and saving the file
+    session_bytes: int | None = None  # creating the onnxruntime session
+    run_bytes: int | None = None  # the session's first run, on the call with the most input
+    export_peak: int | None = None  # the process's RSS high-water mark during each phase
+    session_peak: int | None = None
+    run_peak: int | None = None
+    session_seconds: float | None = None
+    method: str | None = None  # "hwm" (kernel high-water mark, reset per phase) or "sampled"
+
+
+@dataclass
 class GraphResult:
     """One exported graph and the family of observed calls it serves."""
 
@@ -244,6 +261,7 @@ class GraphResult:
     success: bool | None = None  # every call replayed on it within the tolerances
     variants: list[VariantResult] = field(default_factory=list)  # with ``variants``/``providers``
     diagnosis: Diagnosis | None = None  # set only when this graph's calls exceed the tolerance
+    footprint: Footprint | None = None  # peak memory of its phases (not for a merged graph)
 
 
 @dataclass
@@ -304,6 +322,7 @@ class RunResults:
     created_at: str = ""
     commit: str = ""  # the commit the scripts ran on, when known
     settings: dict[str, Any] = field(default_factory=dict)  # tolerances, timing used
+    peak_rss_bytes: int | None = None  # the child's peak RSS over the run (memory.py)
 
     def by_name(self) -> dict[str, ModelResult]:
         return {m.name: m for m in self.models}
@@ -342,6 +361,7 @@ class RunResults:
             created_at=data.get("created_at", ""),
             commit=str(data.get("commit", "") or ""),
             settings=dict(data.get("settings", {}) or {}),
+            peak_rss_bytes=data.get("peak_rss_bytes"),
         )
 
     @classmethod
@@ -447,6 +467,7 @@ def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
     graph.probe = _build(ProbeResult, data.get("probe"))
     graph.variants = [_build(VariantResult, v) for v in data.get("variants") or []]
     graph.diagnosis = _diagnosis_from_dict(data.get("diagnosis"))
+    graph.footprint = _build(Footprint, data.get("footprint"))
     for part in (graph.export, graph.probe):
         if part is not None and isinstance(part.cause, dict):
             part.cause = _build(Cause, part.cause)

@@ -12,6 +12,7 @@ from observer_ci.core.constants import DEFAULT_OPSET
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import (
     ExportResult,
+    Footprint,
     GraphResult,
     ObservationResult,
     ProbeResult,
@@ -32,6 +33,13 @@ from observer_ci.pipeline.causes import (
 )
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
+from observer_ci.pipeline.memory import (
+    PhaseMemory,
+    graph_footprint,
+    measure,
+    warm_up_exporter,
+    warm_up_onnxruntime,
+)
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.precision import low_precision_dtype
 from observer_ci.pipeline.probe import run_probe
@@ -69,12 +77,14 @@ def export_model(
     set_batch_dimension_for: Any = None,
     call_numbers: list[int] | None = None,
     cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB,
+    measured: list[PhaseMemory] | None = None,
 ) -> ExportResult:
     """The "export this model" step, through the export cache when ``cache_dir`` is set.
 
     ``observer`` (default: the entry's) and ``set_batch_dimension_for`` (default: the
     entry's) are a call family's when the model needs several graphs; ``call_numbers`` maps
-    that family's calls to the model's call numbers.
+    that family's calls to the model's call numbers. The export's memory, when it runs (not
+    on a cache hit), is appended to ``measured``.
     """
     obs = entry.observer if observer is None else observer
     flags = entry.set_batch_dimension_for if observer is None else set_batch_dimension_for
@@ -85,15 +95,20 @@ def export_model(
         from observer_ci.pipeline.export import export_observed
 
         register_if_imported()  # the script may have imported transformers after observing
-        return export_observed(
-            entry.model,
-            obs,
-            onnx_path,
-            method_name=entry.method_name,
-            set_batch_dimension_for=flags,
-            named_dims=True,
-            call_numbers=call_numbers,
-        )
+        warm_up_exporter(DEFAULT_OPSET)  # its once-per-process costs, outside the figures
+        with measure() as figures:
+            result = export_observed(
+                entry.model,
+                obs,
+                onnx_path,
+                method_name=entry.method_name,
+                set_batch_dimension_for=flags,
+                named_dims=True,
+                call_numbers=call_numbers,
+            )
+        if measured is not None:
+            measured.append(figures)
+        return result
 
     def key() -> str:
         return export_cache_key(entry, obs, flags, call_numbers)
@@ -139,6 +154,27 @@ def _save_feeds(
     except Exception as e:  # paired timing then says why it has no inputs
         note = f"inputs not saved for paired timing: {error_tail(e)}"
     return note
+
+
+def measure_first_run(sub: InputObserver, session: Any, footprint: Footprint) -> None:
+    """The session's first run, measured into ``footprint``: on the call with the most
+    input bytes (onnxruntime's arena grows to its largest run), before the replays, which
+    reuse what it allocated. A call that cannot run leaves no figure (its row says why)."""
+    from observer_ci.pipeline.replay import match_feeds
+
+    try:
+        sizes = [
+            sum(t.numel() * t.element_size() for t in sub.infer_arguments(i, flat=True))
+            for i in range(sub.num_obs())
+        ]
+        largest = max(range(len(sizes)), key=sizes.__getitem__)
+        names = [i.name for i in session.get_inputs()]
+        feeds = match_feeds(names, sub.leaf_names(), sub.infer_arguments(largest, flat=True))
+        with measure() as run:
+            session.run(None, feeds)
+    except Exception:
+        return
+    footprint.run_bytes, footprint.run_peak = run.growth, run.peak
 
 
 def stand_in_failures(graph: GraphResult, served: dict[int, ObservationResult]) -> list[int]:
@@ -272,6 +308,7 @@ class FamilyServer:
             name=family.name, observation_indices=family.indices, reason=family.reason
         )
         onnx_path = self.path(family.name)
+        export_memory: list[PhaseMemory] = []
         with self.phase("export"):
             graph.export = export_model(
                 entry,
@@ -281,6 +318,7 @@ class FamilyServer:
                 set_batch_dimension_for=flags,
                 call_numbers=None if whole else family.indices,
                 cache_max_bytes=config.cache_max_bytes,
+                measured=export_memory,
             )
         if not graph.export.ok and self._model_fixes_inherited(family, sub, graph.export):
             # the dims it inherits from other calls are fixed by the model for these calls
@@ -299,6 +337,7 @@ class FamilyServer:
                     set_batch_dimension_for=flags,
                     call_numbers=family.indices,
                     cache_max_bytes=config.cache_max_bytes,
+                    measured=export_memory,
                 )
             if graph.export.ok:
                 why = first.cause.summary if first.cause else first.error
@@ -310,8 +349,10 @@ class FamilyServer:
             return graph, {}  # the graph entry holds the error and the calls it would serve
         shown = entry.name if self.single else f"{entry.name} [{family.name}]"
         progress(f"{shown}: exported in {graph.export.seconds:.1f}s, replaying")
+        warm_up_onnxruntime()  # its once-per-process costs, outside the figures
         try:
-            session = make_session(onnx_path, threads=config.threads)
+            with measure() as session_memory:
+                session = make_session(onnx_path, threads=config.threads)
         except Exception as e:
             low = low_precision_dtype(entry.model, obs)
             error = error_tail(e)
@@ -322,6 +363,10 @@ class FamilyServer:
                 )
                 for i in family.indices
             }
+        graph.footprint = graph_footprint(
+            export_memory[-1] if export_memory else None, session_memory
+        )
+        measure_first_run(sub, session, graph.footprint)
         rows = self.replay(family, sub, flags, session, shown)
         self.bundle(family, sub, graph, session, rows)
         if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph

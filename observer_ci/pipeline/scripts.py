@@ -31,6 +31,7 @@ from observer_ci.pipeline.causes import (
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.environment import environment_fingerprint
 from observer_ci.pipeline.export_cache import forget_weight_digests
+from observer_ci.pipeline.memory import process_peak
 from observer_ci.pipeline.model_steps import process_model
 
 
@@ -84,6 +85,7 @@ def run_scripts(
     for note in unmatched_skips(config, results.models):
         progress(note)
         results.environment.setdefault("notes", []).append(note)
+    results.peak_rss_bytes = process_peak()
     return results
 
 
