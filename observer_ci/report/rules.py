@@ -39,7 +39,7 @@ from observer_ci.core.variants import (
     STATE_SKIPPED,
     VARIANT_TOLERANCES,
 )
-from observer_ci.report.changes import op_diff_text, op_set_changed
+from observer_ci.report.changes import memory_diff_text, memory_pairs, op_diff_text, op_set_changed
 from observer_ci.report.tables import format_bytes, format_seconds, plural
 
 if TYPE_CHECKING:
@@ -77,6 +77,13 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
     Rule("op_set_changed", "count", False, "an ONNX op type appeared in or vanished from a graph"),
     Rule("size_growth", "count", False, "ONNX file size over size_growth_max x base"),
+    Rule(
+        "memory_growth",
+        "bytes",
+        False,
+        "the memory a phase added (export, session creation, first run) over "
+        "memory_growth_max x base, once over min_memory_mb",
+    ),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
     Rule(
@@ -97,6 +104,7 @@ RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULE_TABLE}
 RULES: tuple[str, ...] = tuple(RULES_BY_NAME)
 DEFAULT_FAIL_ON: frozenset[str] = frozenset(r.name for r in RULE_TABLE if r.gates_by_default)
 
+MIB = 1 << 20
 GROWTH_FLOOR = 1e-7  # base values at or below this are noise: growth rules defer to abs_max
 STILL_FAILING = "still failing"
 
@@ -124,6 +132,8 @@ class Thresholds:
     node_growth_max: float = 1.10
     size_growth_max: float = 1.10
     min_latency_s: float = 1e-4
+    memory_growth_max: float = 1.5  # the memory a phase added, head over base
+    min_memory_mb: float = 16.0  # figures both under this (MiB) are never compared
     # per variant (core.variants.VARIANT_TOLERANCES); ``fp16.abs_max=...`` sets fp16_abs_max
     fp16_abs_max: float = VARIANT_TOLERANCES["fp16"][0]
     fp16_rel_max: float = VARIANT_TOLERANCES["fp16"][1]
@@ -307,6 +317,7 @@ def _compare_model(
         found.extend(_node_count(head, base, th, fail_on))
         found.extend(_op_set(head, base, fail_on))
         found.extend(_size(head, base, th, fail_on))
+        found.extend(_memory(head, base, th, fail_on))
     found.extend(_graph_warnings(head, base, fail_on))
     found.extend(_variant_discrepancies(head, base, th, fail_on))
     return found
@@ -651,6 +662,26 @@ def _size(
         f"{format_bytes(old)} → {format_bytes(new)}"
     )
     return [_reg(head, "size_growth", message, old, new, fail_on)]
+
+
+def _memory(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """One ``memory_growth`` per model: the phases whose added memory grew over
+    ``memory_growth_max`` x base, ignoring figures both under ``min_memory_mb``."""
+    floor = th.min_memory_mb * MIB
+    grown = [
+        (graph, phase, old, new)
+        for graph, phase, old, new in memory_pairs(base, head)
+        if max(old, new) >= floor and new > max(old, 1) * th.memory_growth_max
+    ]
+    if not grown:
+        return []
+    _, _, old, new = max(grown, key=lambda g: g[3] - g[2])
+    message = f"peak memory grew (> ×{th.memory_growth_max:.3g}): " + memory_diff_text(
+        grown, len(head.graphs)
+    )
+    return [_reg(head, "memory_growth", message, old, new, fail_on)]
 
 
 def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:

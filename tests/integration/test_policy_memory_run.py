@@ -1,5 +1,6 @@
 """``observer-ci run`` with a policy file that skips a model and gives outputs their own
-tolerances: real tiny models, real exports and onnxruntime, the real command line."""
+tolerances, and the memory figures of the same run: real tiny models, real exports and
+onnxruntime, the real command line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from observer_ci.core.results import RunResults
+from observer_ci.report.markdown import render_report
+from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds, compare
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,11 +78,12 @@ def green(tmp_path_factory):
     (folder / ".observer-ci.yml").write_text(POLICY)
     proc = observer_ci(folder, "observe.py")
     results = json.loads((folder / "out/results.json").read_text())
-    return proc, {m["name"]: m for m in results["models"]}, (folder / "out/report.md").read_text()
+    models = {m["name"]: m for m in results["models"]}
+    return proc, models, (folder / "out/report.md").read_text(), folder / "out/results.json"
 
 
 def test_a_skipped_model_is_not_run_shows_its_reason_and_the_gate_stays_green(green):
-    proc, models, report = green
+    proc, models, report, _ = green
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     skipped = models["huge_c"]
     assert skipped["status"] == "skipped"
@@ -90,13 +96,13 @@ def test_a_skipped_model_is_not_run_shows_its_reason_and_the_gate_stays_green(gr
 
 
 def test_a_skip_matching_no_model_is_a_warning(green):
-    proc, _, report = green
+    proc, _, report, _ = green
     assert r"⚠️ policy file: skip 'nothing\_\*' (renamed long ago) matched no model" in report
     assert "skip 'nothing_*' (renamed long ago) matched no model" in proc.stderr
 
 
 def test_logits_pass_at_their_own_tolerance(green):
-    _, models, report = green
+    _, models, report, _ = green
     model = models["logits_off"]
     assert model["status"] == "ok"
     for call in model["observations"]:
@@ -119,3 +125,41 @@ def test_another_output_of_the_same_model_fails_at_the_model_tolerance(tmp_path)
         proc.stdout
     )
     assert "output logits" not in proc.stdout  # within its own 1e-2
+
+
+def test_memory_figures_of_a_real_export_are_present_and_positive(green):
+    _, models, report, path = green
+    (graph,) = models["logits_off"]["graphs"]
+    figures = graph["footprint"]
+    assert figures["method"] in ("hwm", "sampled")
+    assert figures["export_bytes"] > 0 and figures["session_seconds"] > 0
+    for phase in ("export", "session", "run"):
+        assert figures[f"{phase}_bytes"] >= 0
+        assert figures[f"{phase}_peak"] > 50 << 20  # torch alone is resident
+    # the once-per-process costs (~150 MB) were paid by the warm-up, not this first model
+    assert figures["export_bytes"] < 64 << 20, figures
+    peak = json.loads(path.read_text())["peak_rss_bytes"]
+    assert peak >= max(figures[f"{p}_peak"] for p in ("export", "session", "run"))
+    assert "**Memory** (added by each phase): export " in report
+
+
+def test_memory_growth_is_flagged_against_a_baseline_with_smaller_figures(green):
+    *_, path = green
+    head, base = RunResults.read(path), RunResults.read(path)
+    base.label = "base"
+    for model in base.models:
+        for graph in model.graphs:
+            if graph.footprint is not None:
+                graph.footprint.export_bytes = graph.footprint.export_bytes // 4
+    th = Thresholds(min_memory_mb=0.0)  # a tiny model adds little: no floor here
+    assert [r for r in compare(head, head, th, DEFAULT_FAIL_ON) if r.rule == "memory_growth"] == []
+    found = [r for r in compare(head, base, th, DEFAULT_FAIL_ON) if r.rule == "memory_growth"]
+    assert {r.model for r in found} == {"logits_off"}  # huge_c was skipped: no figures
+    (reg,) = found
+    assert not reg.fails_build and "peak memory grew (> ×1.5): export " in reg.message
+    assert reg.head_value == head.by_name()["logits_off"].graphs[0].footprint.export_bytes
+    report = render_report(head, found, base)
+    assert "**Memory vs base** (added by each phase): export " in report
+    assert [
+        r for r in compare(head, base, Thresholds(), DEFAULT_FAIL_ON) if r.rule == "memory_growth"
+    ] == []
