@@ -477,7 +477,7 @@ class FamilyServer:
                 onnx_path=Path(graph.export.onnx_path),
                 calls=calls,
                 output_names=list(graph.export.output_names or []),
-                tolerances={"abs_max": self.config.atol, "rel_max": self.config.rtol},
+                tolerances=self.bundle_tolerances(sub, family),
                 environment=environment_fingerprint(),
                 budget=max(0, self.bundle_budget),
             )
@@ -487,6 +487,17 @@ class FamilyServer:
         self.bundle_budget -= used
         where = folder.relative_to(self.out_dir).as_posix()
         self.notes.append(f"reproducer: {where} (run `observer-ci replay {where}`)")
+
+    def bundle_tolerances(self, sub: InputObserver, family: Family) -> dict[str, Any]:
+        """A reproducer's tolerances: the model's, and its outputs' with their names."""
+        from observer_ci.pipeline.diff import output_names
+
+        config = self.config
+        tolerances: dict[str, Any] = {"abs_max": config.atol, "rel_max": config.rtol}
+        if config.outputs and family.indices:
+            tolerances["outputs"] = [list(o) for o in config.outputs]
+            tolerances["output_paths"] = output_names(sub.observations[0].outputs)
+        return tolerances
 
     def probe(self, sub: InputObserver, flags: Any, session: Any) -> ProbeResult:
         """The unseen-shape probe of one graph (an error becomes a failed probe)."""

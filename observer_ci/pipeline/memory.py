@@ -110,16 +110,18 @@ def reset_high_water_mark() -> bool:
 
 
 @contextlib.contextmanager
-def measure() -> Iterator[PhaseMemory]:
-    """Measures the block: ``with measure() as m: ...`` then ``m.peak``, ``m.growth``.
-    Never raises for the measurement itself (a phase without figures stays None)."""
+def measure(sampled: bool = False) -> Iterator[PhaseMemory]:
+    """Measures the block: ``with measure() as m: ...`` then ``m.peak``, ``m.growth``;
+    ``sampled``: by the sampling thread even where the high-water mark can be reset (the
+    benchmark compares both). Never raises for the measurement itself (a phase without
+    figures stays None)."""
     figures = PhaseMemory(start=current_rss())
     if figures.start is None:
         begin = time.perf_counter()
         yield figures
         figures.seconds = time.perf_counter() - begin
         return
-    if reset_high_water_mark():
+    if not sampled and reset_high_water_mark():
         figures.method = METHOD_HWM
         begin = time.perf_counter()
         try:

@@ -76,7 +76,7 @@ def green(tmp_path_factory):
     folder = tmp_path_factory.mktemp("green")
     (folder / "observe.py").write_text(script("logits_off", "huge_c"))
     (folder / ".observer-ci.yml").write_text(POLICY)
-    proc = observer_ci(folder, "observe.py")
+    proc = observer_ci(folder, "observe.py", "--bundles", "all")
     results = json.loads((folder / "out/results.json").read_text())
     models = {m["name"]: m for m in results["models"]}
     return proc, models, (folder / "out/report.md").read_text(), folder / "out/results.json"
@@ -111,6 +111,16 @@ def test_logits_pass_at_their_own_tolerance(green):
         assert call["output_errors"]["hidden"][0] <= 1e-5
     legend = "logits_off: abs_max=1e-05, rel_max=0.01, outputs logits (abs_max=0.01, rel_max=0.01)"
     assert legend in report
+
+
+def test_the_reproducer_replays_each_output_at_its_own_tolerance(green):
+    *_, path = green
+    (bundle,) = (path.parent / "bundles" / "logits_off").iterdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "observer_ci", "replay", str(bundle)]
+    replayed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr  # max abs 1e-3 > 1e-5
+    assert "max abs 0.001" in replayed.stdout and "OVER TOLERANCE" not in replayed.stdout
 
 
 def test_another_output_of_the_same_model_fails_at_the_model_tolerance(tmp_path):
