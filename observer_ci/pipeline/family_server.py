@@ -349,24 +349,9 @@ class FamilyServer:
             return graph, {}  # the graph entry holds the error and the calls it would serve
         shown = entry.name if self.single else f"{entry.name} [{family.name}]"
         progress(f"{shown}: exported in {graph.export.seconds:.1f}s, replaying")
-        warm_up_onnxruntime()  # its once-per-process costs, outside the figures
-        try:
-            with measure() as session_memory:
-                session = make_session(onnx_path, threads=config.threads)
-        except Exception as e:
-            low = low_precision_dtype(entry.model, obs)
-            error = error_tail(e)
-            cause = explain_missing_kernel(str(e), low) or explain_exception(e)
-            return graph, {
-                i: ObservationResult(
-                    index=i, ok=False, family=family.name, error=error, cause=cause
-                )
-                for i in family.indices
-            }
-        graph.footprint = graph_footprint(
-            export_memory[-1] if export_memory else None, session_memory
-        )
-        measure_first_run(sub, session, graph.footprint)
+        session, failed = self.open_session(family, sub, graph, onnx_path, export_memory)
+        if session is None:
+            return graph, failed
         rows = self.replay(family, sub, flags, session, shown)
         self.bundle(family, sub, graph, session, rows)
         if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
@@ -383,6 +368,36 @@ class FamilyServer:
                     entry, config, sub, flags, session, graph, rows, onnx_path, progress
                 )
         return graph, rows
+
+    def open_session(
+        self,
+        family: Family,
+        sub: InputObserver,
+        graph: GraphResult,
+        onnx_path: Path,
+        export_memory: list[PhaseMemory],
+    ) -> tuple[Any, dict[int, ObservationResult]]:
+        """The graph's onnxruntime session, its creation and first run measured into
+        ``graph.footprint``; ``(None, rows)`` when it cannot be created (each call's row
+        says why)."""
+        warm_up_onnxruntime()  # its once-per-process costs, outside the figures
+        try:
+            with measure() as session_memory:
+                session = make_session(onnx_path, threads=self.config.threads)
+        except Exception as e:
+            low = low_precision_dtype(self.entry.model, self.entry.observer)
+            error = error_tail(e)
+            cause = explain_missing_kernel(str(e), low) or explain_exception(e)
+            return None, {
+                i: ObservationResult(
+                    index=i, ok=False, family=family.name, error=error, cause=cause
+                )
+                for i in family.indices
+            }
+        exported = export_memory[-1] if export_memory else None  # None: from the cache
+        graph.footprint = graph_footprint(exported, session_memory)
+        measure_first_run(sub, session, graph.footprint)
+        return session, {}
 
     @staticmethod
     def _model_fixes_inherited(family: Family, sub: InputObserver, export: ExportResult) -> bool:

@@ -419,9 +419,8 @@ class _Renderer:
             "is flagged only beyond the noise (paired: head slower in 90% of the pairs; "
             "separate runs: head's 10th percentile over base's 90th); node count may grow "
             f"×{format_float(th.node_growth_max)}, the ONNX file size "
-            f"×{format_float(th.size_growth_max)}, the memory a phase adds "
-            f"×{format_float(th.memory_growth_max)} (compared once over "
-            f"{format_float(th.min_memory_mb)} MiB).",
+            f"×{format_float(th.size_growth_max)}, the memory a phase adds ×"
+            f"{format_float(th.memory_growth_max)} (past {format_float(th.min_memory_mb)} MiB).",
             *(
                 [
                     "- **Policy file** (per model, over the values above): "
