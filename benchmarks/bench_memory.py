@@ -114,18 +114,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--modes", default=",".join(MODES), help="a subset of " + ",".join(MODES))
     parser.add_argument("--child", nargs=3, metavar=("PHASE", "MODE", "ONNX"))
     args = parser.parse_args()
     if args.child:
         child(*args.child, args.width)
         return
+    modes = [m for m in MODES if m in args.modes.split(",")]
     with tempfile.TemporaryDirectory() as folder:
         onnx_path = str(Path(folder) / "mlp.onnx")
         spawn("export", "time", onnx_path, args.width)  # the file the other phases load
         rows: dict[tuple[str, str], list[dict]] = {}
-        for _ in range(args.runs):
+        for k in range(args.runs):
+            print(f"round {k + 1}/{args.runs}", file=sys.stderr, flush=True)
             for phase in PHASES:
-                for mode in MODES:
+                for mode in modes:
                     path = (
                         str(Path(folder) / f"{phase}-{mode}.onnx")
                         if phase == "export"
@@ -137,15 +140,16 @@ def main() -> None:
     print("MiB, median [min-max]")
     print(f"{'phase':8} {'mode':9} {'peak RSS':>22} {'added by the phase':>22}  peak/time  spread")
     for phase in PHASES:
-        time_peak = statistics.median(r["peak"] for r in rows[(phase, "time")])
-        for mode in MODES:
+        time_peak = statistics.median(r["peak"] for r in rows.get((phase, "time"), [{"peak": 0}]))
+        for mode in modes:
             found = rows[(phase, mode)]
             peaks = [r["peak"] for r in found]
             growths = [r["growth"] for r in found]
-            ratio = statistics.median(peaks) / time_peak
+            ratio = f"{statistics.median(peaks) / time_peak:9.3f}" if time_peak else "        -"
             print(
                 f"{phase:8} {mode:9} {summary(peaks):>22} {summary(growths):>22}  "
-                f"{ratio:9.3f}  {spread(growths)}"
+                f"{ratio}  {spread(growths)}",
+                flush=True,
             )
 
 
