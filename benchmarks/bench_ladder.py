@@ -67,12 +67,15 @@ def run(script: Path, out: Path, cache: Path) -> dict[str, float]:
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         print(stderr[-2000:])
-    models = json.loads((out / "results.json").read_text())["models"]
+    results = json.loads((out / "results.json").read_text())
+    models = results["models"]
     phases = models[0].get("phase_seconds", {}) if models else {}
     return {
         "wall": wall,
         "cpu": usage.ru_utime + usage.ru_stime,
-        "rss_mb": usage.ru_maxrss / 1024,
+        # the child resets its RSS high-water mark per phase (pipeline/memory.py): its
+        # ru_maxrss counts from the last reset, peak_rss_bytes from the start
+        "rss_mb": max(usage.ru_maxrss / 1024, (results.get("peak_rss_bytes") or 0) / 2**20),
         "replay": phases.get("replay", 0.0),
         "status": models[0]["status"] if models else "none",
     }

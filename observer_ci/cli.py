@@ -281,7 +281,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.pipeline.config import RunConfig
 
     try:
-        config = RunConfig.from_options(options, thresholds, tuple(policy.tolerances()))
+        config = RunConfig.from_options(
+            options, thresholds, tuple(policy.tolerances()), policy=policy
+        )
     except ValueError as e:
         raise UsageError(str(e)) from e
     base, history = _baseline(options.baseline, options.history_runs)
@@ -319,21 +321,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     """Prints each call's discrepancy now and as recorded; exit 1 when one is over the
     bundle's tolerances, 2 when the bundle cannot be read."""
-    import json
 
-    from observer_ci.pipeline.bundle import BUNDLE_FILE, replay_bundle
+    from observer_ci.pipeline.bundle import replay_bundle
 
     try:
-        facts = json.loads((Path(args.bundle) / BUNDLE_FILE).read_text(encoding="utf-8"))
-        tolerances = facts["tolerances"]
         rows = replay_bundle(args.bundle, args.provider)
     except (OSError, ValueError, KeyError) as e:
         raise UsageError(f"{args.bundle}: {e}") from e
     failing = 0
     for row in rows:
-        over = row["errors"] or (
-            row["abs"] > tolerances["abs_max"] or row["rel"] > tolerances["rel_max"]
-        )
+        over = not row["within"]
         failing += bool(over)
         recorded = row["recorded_abs"]
         print(
@@ -423,7 +420,7 @@ def publish(
         base,
         write_results=write_results,
         thresholds=thresholds,
-        policy_lines=policy.describe() if policy is not None else [],
+        policy_lines=policy.effective([m.name for m in head.models], thresholds) if policy else [],
         trend=trend,
     )
     for m in head.models:

@@ -221,7 +221,9 @@ def write_and_summarise(
         "run_url": settings.run_url,
         "title": title,
         "thresholds": settings.thresholds,
-        "policy_lines": settings.policy.describe(),
+        "policy_lines": settings.policy.effective(
+            [m.name for m in head.models], settings.thresholds
+        ),
         "trend": trend,
     }
     full = write_report_files(out, head, regressions, base, **options)

@@ -24,10 +24,14 @@ SCHEMA_VERSION = 3
 #   ModelResult.diagnosis / GraphResult.diagnosis (why a graph disagrees, issue 19);
 #   Diagnosis.torch_abs / valid_rel / masked_rel / cause (the self-check, the mask split);
 #   FirstDivergence.op_abs / note (the error at the diverging node, what its line is);
+#   ModelResult.skip_reason (status "skipped"), ObservationResult.output_errors,
+#   GraphResult.footprint (peak memory, session creation time), RunResults.peak_rss_bytes
+#   (issue 24);
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # Model statuses, from best to worst.
 STATUS_OK = "ok"
+STATUS_SKIPPED = "skipped"  # the policy file skips the model (ModelResult.skip_reason)
 STATUS_DISCREPANCY = "discrepancy"  # ORT ran but outputs differ beyond tolerance
 STATUS_PROBE_FAILED = "probe_failed"  # observed calls pass, an unseen size breaks the graph
 STATUS_ORT_FAILED = "ort_failed"  # export ok, onnxruntime failed on at least one observation
@@ -36,6 +40,7 @@ STATUS_OBSERVE_FAILED = "observe_failed"  # inference of args / dynamic shapes f
 STATUS_SCRIPT_FAILED = "script_failed"  # the observation script raised
 STATUSES = (
     STATUS_OK,
+    STATUS_SKIPPED,
     STATUS_DISCREPANCY,
     STATUS_PROBE_FAILED,
     STATUS_ORT_FAILED,
@@ -123,6 +128,8 @@ class ObservationResult:
     family: str | None = None  # the graph that served this call (see ModelResult.graphs)
     stand_ins: list[str] = field(default_factory=list)  # absent inputs fed as 0-length tensors
     note: str | None = None  # how the call was served when not as observed
+    # output name -> [abs, rel], when the policy file gives the model per-output tolerances
+    output_errors: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -233,6 +240,22 @@ class Diagnosis:
 
 
 @dataclass
+class Footprint:
+    """What one graph cost the child (``pipeline/memory.py``): the peak RSS of each phase over
+    the RSS when it began (what the phase added; bytes), the process's peak during it, and
+    the session's creation time. None: not measured (an export restored from the cache)."""
+
+    export_bytes: int | None = None  # torch.onnx.export and saving the file
+    session_bytes: int | None = None  # creating the onnxruntime session
+    run_bytes: int | None = None  # the session's first run, on the call with the most input
+    export_peak: int | None = None  # the process's RSS high-water mark during each phase
+    session_peak: int | None = None
+    run_peak: int | None = None
+    session_seconds: float | None = None
+    method: str | None = None  # "hwm" (kernel high-water mark, reset per phase) or "sampled"
+
+
+@dataclass
 class GraphResult:
     """One exported graph and the family of observed calls it serves."""
 
@@ -246,6 +269,7 @@ class GraphResult:
     success: bool | None = None  # every call replayed on it within the tolerances
     variants: list[VariantResult] = field(default_factory=list)  # with ``variants``/``providers``
     diagnosis: Diagnosis | None = None  # set only when this graph's calls exceed the tolerance
+    footprint: Footprint | None = None  # peak memory of its phases (not for a merged graph)
 
 
 @dataclass
@@ -272,6 +296,7 @@ class ModelResult:
     # {"dtype", "abs_max", "rel_max"} when a float16/bfloat16 model is held to its dtype's
     tolerance: dict[str, Any] = field(default_factory=dict)
     diagnosis: Diagnosis | None = None  # set only when the model exceeds its tolerance
+    skip_reason: str | None = None  # why the policy file skips it (status "skipped")
 
     @property
     def median_ort_latency_s(self) -> float | None:
@@ -305,6 +330,7 @@ class RunResults:
     created_at: str = ""
     commit: str = ""  # the commit the scripts ran on, when known
     settings: dict[str, Any] = field(default_factory=dict)  # tolerances, timing used
+    peak_rss_bytes: int | None = None  # the child's peak RSS over the run (memory.py)
 
     def by_name(self) -> dict[str, ModelResult]:
         return {m.name: m for m in self.models}
@@ -343,6 +369,7 @@ class RunResults:
             created_at=data.get("created_at", ""),
             commit=str(data.get("commit", "") or ""),
             settings=dict(data.get("settings", {}) or {}),
+            peak_rss_bytes=data.get("peak_rss_bytes"),
         )
 
     @classmethod
@@ -449,6 +476,7 @@ def _graph_from_dict(data: dict[str, Any]) -> GraphResult:
     graph.probe = _build(ProbeResult, data.get("probe"))
     graph.variants = [_build(VariantResult, v) for v in data.get("variants") or []]
     graph.diagnosis = _diagnosis_from_dict(data.get("diagnosis"))
+    graph.footprint = _build(Footprint, data.get("footprint"))
     for part in (graph.export, graph.probe):
         if part is not None and isinstance(part.cause, dict):
             part.cause = _build(Cause, part.cause)

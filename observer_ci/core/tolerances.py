@@ -9,7 +9,12 @@ and the ``discrepancy`` rule applies it. Torch-free.
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Sequence
 from typing import Any
+
+# (output name glob, abs_max, rel_max) of the policy file; None: the model's
+OutputTolerance = tuple[str, float | None, float | None]
 
 # dtype -> the smallest abs_max / rel_max its calls are held to
 DTYPE_TOLERANCES: dict[str, dict[str, float]] = {
@@ -35,3 +40,32 @@ def limit_for(tolerance: dict[str, Any], metric: str, configured: float) -> floa
     """The ``abs`` / ``rel`` limit a model is held to: its dtype's, else the configured."""
     value = tolerance.get(f"{metric}_max") if tolerance else None
     return configured if not isinstance(value, (int, float)) else max(configured, value)
+
+
+def output_limits(
+    name: str, outputs: Sequence[OutputTolerance], abs_max: float, rel_max: float
+) -> tuple[float, float]:
+    """``(abs_max, rel_max)`` of output ``name``: the last matching glob's values, the
+    model's where it sets none."""
+    for pattern, a, r in outputs:
+        if fnmatch.fnmatchcase(name, pattern):
+            abs_max = abs_max if a is None else a
+            rel_max = rel_max if r is None else r
+    return abs_max, rel_max
+
+
+def outputs_over(
+    errors: dict[str, list[float]],
+    outputs: Sequence[OutputTolerance],
+    abs_max: float,
+    rel_max: float,
+) -> list[tuple[str, str, float, float]]:
+    """(output, "abs"|"rel", error, limit) of each output over its own tolerance;
+    ``errors`` is ``{name: [abs, rel]}`` (``ObservationResult.output_errors``). NaN is over."""
+    over = []
+    for name, values in errors.items():
+        limits = output_limits(name, outputs, abs_max, rel_max)
+        for metric, value, limit in zip(("abs", "rel"), values, limits):
+            if value != value or value > limit:
+                over.append((name, metric, value, limit))
+    return over

@@ -114,7 +114,7 @@ def replay_bundle(folder: str | os.PathLike[str], provider: str = "cpu") -> list
     import onnxruntime as ort
     from onnx import TensorProto, numpy_helper
 
-    from observer_ci.pipeline.diff import max_diff
+    from observer_ci.pipeline.diff import judge_outputs, max_diff
 
     folder = Path(folder)
     facts = json.loads((folder / BUNDLE_FILE).read_text(encoding="utf-8"))
@@ -139,17 +139,27 @@ def replay_bundle(folder: str | os.PathLike[str], provider: str = "cpu") -> list
         proto.ParseFromString(path.read_bytes())
         return proto.name, numpy_helper.to_array(proto)
 
+    tolerances = facts["tolerances"]
+    outputs = [tuple(o) for o in tolerances.get("outputs", [])]  # the policy file's
     rows = []
     for call in facts["calls"]:
         data = folder / call["folder"]
         feeds = dict(load(p) for p in sorted(data.glob("input_*.pb"), key=_position))
         expected = [load(p)[1] for p in sorted(data.glob("output_*.pb"), key=_position)]
         diff = max_diff(expected, session.run(None, feeds))
+        within, _ = judge_outputs(
+            diff,
+            tolerances.get("output_paths", []),
+            tolerances["abs_max"],
+            tolerances["rel_max"],
+            outputs,
+        )
         rows.append(
             {
                 "call": call["call"],
                 "abs": diff.abs,
                 "rel": diff.rel,
+                "within": within,  # each output at its own tolerance, where it has one
                 "errors": diff.errors,
                 "recorded_abs": call.get("abs"),
                 "recorded_rel": call.get("rel"),

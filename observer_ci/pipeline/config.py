@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from observer_ci.core.constants import FEEDS_MAX_BYTES
 from observer_ci.core.run_options import RunOptions
+from observer_ci.core.tolerances import OutputTolerance
 from observer_ci.core.variants import (
     DEFAULT_PROVIDERS,
     FLOAT32,
@@ -20,6 +21,7 @@ from observer_ci.pipeline.export_cache import (
     resolve_cache_dir,
     resolve_cache_max_bytes,
 )
+from observer_ci.report.policy import Policy
 from observer_ci.report.rules import Thresholds
 
 Progress = Callable[[str], None]
@@ -46,6 +48,10 @@ class RunConfig:
     feeds_max_bytes: int = FEEDS_MAX_BYTES  # all saved inputs of the run together
     # (model name glob, abs_max, rel_max) from the policy file: later entries win
     model_tolerances: tuple[tuple[str, float | None, float | None], ...] = ()
+    # the policy file's (model glob, output glob, abs_max, rel_max) and (model glob, reason)
+    model_output_tolerances: tuple[tuple[str, str, float | None, float | None], ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+    outputs: tuple[OutputTolerance, ...] = ()  # this model's, set by for_model
     bundles: str = "failing"  # reproducer bundles: for failing graphs, all graphs, or none
 
     @classmethod
@@ -54,9 +60,12 @@ class RunConfig:
         options: RunOptions,
         thresholds: Thresholds,
         model_tolerances: tuple[tuple[str, float | None, float | None], ...] = (),
+        *,
+        policy: Policy | None = None,
     ) -> RunConfig:
         """The child's config from its run options; ``thresholds`` are the gate's, with
-        ``atol``/``rtol`` applied, ``model_tolerances`` the policy file's per model. The cache
+        ``atol``/``rtol`` applied, ``model_tolerances`` the policy file's per model, its
+        skips and per-output tolerances from ``policy``. The cache
         falls back on its variables here, in the child's environment; a malformed one raises
         ``ValueError``."""
         cache_dir = resolve_cache_dir(options.cache_dir)
@@ -74,6 +83,8 @@ class RunConfig:
             torch_threads=options.threads or 1,
             save_feeds=options.save_feeds,
             model_tolerances=model_tolerances,
+            model_output_tolerances=tuple(policy.output_tolerances()) if policy else (),
+            skipped=tuple(policy.skips()) if policy else (),
             bundles=options.bundles,
             variants=variants,
             providers=parse_providers(options.providers),
@@ -107,7 +118,8 @@ class RunConfig:
         }
 
     def for_model(self, name: str) -> RunConfig:
-        """This config with the tolerances the policy file gives model ``name``."""
+        """This config with the tolerances the policy file gives model ``name`` (its
+        own, and its outputs')."""
         import dataclasses
         import fnmatch
 
@@ -116,6 +128,18 @@ class RunConfig:
             if fnmatch.fnmatchcase(name, pattern):
                 atol = atol if abs_max is None else abs_max
                 rtol = rtol if rel_max is None else rel_max
-        if (atol, rtol) == (self.atol, self.rtol):
+        outputs = tuple(
+            (output, a, r)
+            for pattern, output, a, r in self.model_output_tolerances
+            if fnmatch.fnmatchcase(name, pattern)
+        )
+        if (atol, rtol, outputs) == (self.atol, self.rtol, self.outputs):
             return self
-        return dataclasses.replace(self, atol=atol, rtol=rtol)
+        return dataclasses.replace(self, atol=atol, rtol=rtol, outputs=outputs)
+
+    def skip_reason(self, name: str) -> str | None:
+        """Why the policy file skips model ``name`` (the last matching entry), else None."""
+        import fnmatch
+
+        reasons = [why for pattern, why in self.skipped if fnmatch.fnmatchcase(name, pattern)]
+        return reasons[-1] if reasons else None

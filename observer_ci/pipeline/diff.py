@@ -6,6 +6,7 @@ and NaN mismatches are reported as explicit errors rather than folded into inf.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils import _pytree as pytree
+
+from observer_ci.core.tolerances import outputs_over
 
 REL_EPSILON = 1e-3
 
@@ -29,6 +32,7 @@ class Diff:
     dev: int = 0  # expected tensors not on the CPU (onnxruntime runs on the CPU here)
     hist: dict[str, int] = field(default_factory=dict)  # ">0.1" -> elements above
     errors: list[str] = field(default_factory=list)
+    outputs: list[tuple[float, float]] = field(default_factory=list)  # (abs, rel) per output
 
     @property
     def comparable(self) -> bool:
@@ -101,10 +105,12 @@ def _drop_trailing_empty(expected: list[np.ndarray], got: list[np.ndarray]) -> l
 def _compare_one(k: int, e: np.ndarray, g: np.ndarray, hist: Sequence[float], diff: Diff) -> None:
     if e.shape != g.shape:
         diff.errors.append(f"output {k}: shape differs: expected {e.shape}, got {g.shape}")
+        diff.outputs.append((math.inf, math.inf))
         return
     if e.dtype != g.dtype:
         diff.errors.append(f"output {k}: dtype differs: expected {e.dtype}, got {g.dtype}")
     if e.size == 0:
+        diff.outputs.append((0.0, 0.0))
         return
     e64 = e.astype(np.float64)
     g64 = g.astype(np.float64)
@@ -121,13 +127,51 @@ def _compare_one(k: int, e: np.ndarray, g: np.ndarray, hist: Sequence[float], di
     mask = both & ~same_inf
     d = np.abs(e64[mask] - g64[mask])
     d = np.where(np.isfinite(d), d, np.inf)
+    one = (math.inf, math.inf) if dnan else (0.0, 0.0)
     if d.size:
         with np.errstate(invalid="ignore"):
             rel = d / (np.abs(e64[mask]) + REL_EPSILON)
         rel = np.where(np.isnan(rel), np.inf, rel)  # inf / inf: an infinite error stays infinite
+        one = (max(one[0], float(d.max())), max(one[1], float(rel.max())))
         diff.abs = max(diff.abs, float(d.max()))
         diff.rel = max(diff.rel, float(rel.max()))
         diff.sum += float(d.sum())
         for h in hist:
             diff.hist[hist_key(h)] += int(np.count_nonzero(d > h))
+    diff.outputs.append(one)
     diff.n += int(mask.sum())
+
+
+def output_names(value: Any) -> list[str]:
+    """The names of :func:`flatten_outputs`' tensors: their dotted path in the output
+    (``logits``, ``past_key_values.key_cache.0``); a lone tensor is ``output``."""
+    paths = pytree.tree_flatten_with_path(value)[0]
+    names = []
+    for path, leaf in paths:
+        if isinstance(leaf, (torch.Tensor, np.ndarray)):
+            names.append(".".join(_key_text(k) for k in path) or "output")
+    return names
+
+
+def _key_text(key: Any) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def judge_outputs(
+    diff: Diff,
+    names: Sequence[str],
+    atol: float,
+    rtol: float,
+    outputs: Sequence[tuple[str, float | None, float | None]],
+) -> tuple[bool, dict[str, list[float]]]:
+    """Success of a call whose outputs have their own tolerances (``outputs``: the policy
+    file's (glob, abs_max, rel_max)), and ``{name: [abs, rel]}`` per output; without
+    ``outputs``, :meth:`Diff.within` and no per-output figures."""
+    if not outputs:
+        return diff.within(atol, rtol), {}
+    padded = [*names, *(str(k) for k in range(len(names), len(diff.outputs)))]
+    errors = {name: [a, r] for name, (a, r) in zip(padded, diff.outputs)}
+    return diff.comparable and not outputs_over(errors, outputs, atol, rtol), errors

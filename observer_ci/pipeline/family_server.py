@@ -13,6 +13,7 @@ from observer_ci.core.errors import error_tail
 from observer_ci.core.results import (
     Diagnosis,
     ExportResult,
+    Footprint,
     GraphResult,
     ObservationResult,
     ProbeResult,
@@ -34,6 +35,13 @@ from observer_ci.pipeline.causes import (
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.diagnosis import diagnose_graph, needs_diagnosis
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
+from observer_ci.pipeline.memory import (
+    PhaseMemory,
+    graph_footprint,
+    measure,
+    warm_up_exporter,
+    warm_up_onnxruntime,
+)
 from observer_ci.pipeline.phases import Phases
 from observer_ci.pipeline.precision import low_precision_dtype
 from observer_ci.pipeline.probe import run_probe
@@ -71,12 +79,14 @@ def export_model(
     set_batch_dimension_for: Any = None,
     call_numbers: list[int] | None = None,
     cache_max_bytes: int | None = DEFAULT_CACHE_MAX_MB * MB,
+    measured: list[PhaseMemory] | None = None,
 ) -> ExportResult:
     """The "export this model" step, through the export cache when ``cache_dir`` is set.
 
     ``observer`` (default: the entry's) and ``set_batch_dimension_for`` (default: the
     entry's) are a call family's when the model needs several graphs; ``call_numbers`` maps
-    that family's calls to the model's call numbers.
+    that family's calls to the model's call numbers. The export's memory, when it runs (not
+    on a cache hit), is appended to ``measured``.
     """
     obs = entry.observer if observer is None else observer
     flags = entry.set_batch_dimension_for if observer is None else set_batch_dimension_for
@@ -87,15 +97,20 @@ def export_model(
         from observer_ci.pipeline.export import export_observed
 
         register_if_imported()  # the script may have imported transformers after observing
-        return export_observed(
-            entry.model,
-            obs,
-            onnx_path,
-            method_name=entry.method_name,
-            set_batch_dimension_for=flags,
-            named_dims=True,
-            call_numbers=call_numbers,
-        )
+        warm_up_exporter(DEFAULT_OPSET)  # its once-per-process costs, outside the figures
+        with measure() as figures:
+            result = export_observed(
+                entry.model,
+                obs,
+                onnx_path,
+                method_name=entry.method_name,
+                set_batch_dimension_for=flags,
+                named_dims=True,
+                call_numbers=call_numbers,
+            )
+        if measured is not None:
+            measured.append(figures)
+        return result
 
     def key() -> str:
         return export_cache_key(entry, obs, flags, call_numbers)
@@ -141,6 +156,27 @@ def _save_feeds(
     except Exception as e:  # paired timing then says why it has no inputs
         note = f"inputs not saved for paired timing: {error_tail(e)}"
     return note
+
+
+def measure_first_run(sub: InputObserver, session: Any, footprint: Footprint) -> None:
+    """The session's first run, measured into ``footprint``: on the call with the most
+    input bytes (onnxruntime's arena grows to its largest run), before the replays, which
+    reuse what it allocated. A call that cannot run leaves no figure (its row says why)."""
+    from observer_ci.pipeline.replay import match_feeds
+
+    try:
+        sizes = [
+            sum(t.numel() * t.element_size() for t in sub.infer_arguments(i, flat=True))
+            for i in range(sub.num_obs())
+        ]
+        largest = max(range(len(sizes)), key=sizes.__getitem__)
+        names = [i.name for i in session.get_inputs()]
+        feeds = match_feeds(names, sub.leaf_names(), sub.infer_arguments(largest, flat=True))
+        with measure() as run:
+            session.run(None, feeds)
+    except Exception:
+        return
+    footprint.run_bytes, footprint.run_peak = run.growth, run.peak
 
 
 def stand_in_failures(graph: GraphResult, served: dict[int, ObservationResult]) -> list[int]:
@@ -275,6 +311,7 @@ class FamilyServer:
             name=family.name, observation_indices=family.indices, reason=family.reason
         )
         onnx_path = self.path(family.name)
+        export_memory: list[PhaseMemory] = []
         with self.phase("export"):
             graph.export = export_model(
                 entry,
@@ -284,6 +321,7 @@ class FamilyServer:
                 set_batch_dimension_for=flags,
                 call_numbers=None if whole else family.indices,
                 cache_max_bytes=config.cache_max_bytes,
+                measured=export_memory,
             )
         if not graph.export.ok and self._model_fixes_inherited(family, sub, graph.export):
             # the dims it inherits from other calls are fixed by the model for these calls
@@ -302,6 +340,7 @@ class FamilyServer:
                     set_batch_dimension_for=flags,
                     call_numbers=family.indices,
                     cache_max_bytes=config.cache_max_bytes,
+                    measured=export_memory,
                 )
             if graph.export.ok:
                 why = first.cause.summary if first.cause else first.error
@@ -313,18 +352,9 @@ class FamilyServer:
             return graph, {}  # the graph entry holds the error and the calls it would serve
         shown = entry.name if self.single else f"{entry.name} [{family.name}]"
         progress(f"{shown}: exported in {graph.export.seconds:.1f}s, replaying")
-        try:
-            session = make_session(onnx_path, threads=config.threads)
-        except Exception as e:
-            low = low_precision_dtype(entry.model, obs)
-            error = error_tail(e)
-            cause = explain_missing_kernel(str(e), low) or explain_exception(e)
-            return graph, {
-                i: ObservationResult(
-                    index=i, ok=False, family=family.name, error=error, cause=cause
-                )
-                for i in family.indices
-            }
+        session, failed = self.open_session(family, sub, graph, onnx_path, export_memory)
+        if session is None:
+            return graph, failed
         rows = self.replay(family, sub, flags, session, shown)
         self.bundle(family, sub, graph, session, rows)
         if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
@@ -373,6 +403,36 @@ class FamilyServer:
                 probe_call=probe_call,
             )
 
+    def open_session(
+        self,
+        family: Family,
+        sub: InputObserver,
+        graph: GraphResult,
+        onnx_path: Path,
+        export_memory: list[PhaseMemory],
+    ) -> tuple[Any, dict[int, ObservationResult]]:
+        """The graph's onnxruntime session, its creation and first run measured into
+        ``graph.footprint``; ``(None, rows)`` when it cannot be created (each call's row
+        says why)."""
+        warm_up_onnxruntime()  # its once-per-process costs, outside the figures
+        try:
+            with measure() as session_memory:
+                session = make_session(onnx_path, threads=self.config.threads)
+        except Exception as e:
+            low = low_precision_dtype(self.entry.model, self.entry.observer)
+            error = error_tail(e)
+            cause = explain_missing_kernel(str(e), low) or explain_exception(e)
+            return None, {
+                i: ObservationResult(
+                    index=i, ok=False, family=family.name, error=error, cause=cause
+                )
+                for i in family.indices
+            }
+        exported = export_memory[-1] if export_memory else None  # None: from the cache
+        graph.footprint = graph_footprint(exported, session_memory)
+        measure_first_run(sub, session, graph.footprint)
+        return session, {}
+
     @staticmethod
     def _model_fixes_inherited(family: Family, sub: InputObserver, export: ExportResult) -> bool:
         """The export of a family failed because the model fixes a dim that varied only in
@@ -408,6 +468,7 @@ class FamilyServer:
                     repeat=config.repeat,
                     budget_s=config.time_budget_s,
                     threads=config.torch_threads,
+                    outputs=config.outputs,
                 ).result
                 row.index, row.family = index, family.name
                 row.stand_ins, _made_up = stand_ins(sub, local, dynamic)
@@ -465,7 +526,7 @@ class FamilyServer:
                 onnx_path=Path(graph.export.onnx_path),
                 calls=calls,
                 output_names=list(graph.export.output_names or []),
-                tolerances={"abs_max": self.config.atol, "rel_max": self.config.rtol},
+                tolerances=self.bundle_tolerances(sub, family),
                 environment=environment_fingerprint(),
                 budget=max(0, self.bundle_budget),
             )
@@ -475,6 +536,17 @@ class FamilyServer:
         self.bundle_budget -= used
         where = folder.relative_to(self.out_dir).as_posix()
         self.notes.append(f"reproducer: {where} (run `observer-ci replay {where}`)")
+
+    def bundle_tolerances(self, sub: InputObserver, family: Family) -> dict[str, Any]:
+        """A reproducer's tolerances: the model's, and its outputs' with their names."""
+        from observer_ci.pipeline.diff import output_names
+
+        config = self.config
+        tolerances: dict[str, Any] = {"abs_max": config.atol, "rel_max": config.rtol}
+        if config.outputs and family.indices:
+            tolerances["outputs"] = [list(o) for o in config.outputs]
+            tolerances["output_paths"] = output_names(sub.observations[0].outputs)
+        return tolerances
 
     def probe(self, sub: InputObserver, flags: Any, session: Any) -> ProbeResult:
         """The unseen-shape probe of one graph (an error becomes a failed probe)."""
@@ -488,6 +560,7 @@ class FamilyServer:
                     atol=self.config.atol,
                     rtol=self.config.rtol,
                     on_mismatch=self._probe_mismatch,
+                    outputs=self.config.outputs,
                 )
             except Exception as e:
                 return ProbeResult(ran=True, ok=False, error=error_tail(e))

@@ -9,7 +9,7 @@ Sizes are chosen by plans tried in order until torch eager accepts the inputs:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from observer_ci.core.constants import MASKED_POSITIONS_ONLY
 from observer_ci.core.dim_names import dim_classes
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import Cause, ProbeResult
+from observer_ci.core.tolerances import OutputTolerance
 from observer_ci.observing.observer import InputObserver
 from observer_ci.pipeline.causes import (
     BrokenDim,
@@ -27,7 +28,7 @@ from observer_ci.pipeline.causes import (
     probe_sizes,
 )
 from observer_ci.pipeline.diagnosis import uses_fast_path
-from observer_ci.pipeline.diff import flatten_outputs, max_diff
+from observer_ci.pipeline.diff import flatten_outputs, judge_outputs, max_diff, output_names
 from observer_ci.pipeline.masks import split_errors
 from observer_ci.pipeline.replay import match_feeds
 
@@ -123,8 +124,10 @@ def run_probe(
     atol: float = 1e-4,
     rtol: float = 0.1,
     on_mismatch: Callable[[tuple[Any, ...], dict[str, Any], dict[str, Any]], None] | None = None,
+    outputs: Sequence[OutputTolerance] = (),
 ) -> ProbeResult:
-    """Runs the first plan torch eager accepts through onnxruntime and compares;
+    """Runs the first plan torch eager accepts through onnxruntime and compares (each
+    output at its own tolerance with ``outputs``, the policy file's);
     ``on_mismatch(args, kwargs, feeds)`` hears of unseen sizes where they disagree (not only
     at masked positions): the diagnosis locates the module there."""
     dynamic = observer.dynamic_dims(set_batch_dimension_for)
@@ -139,7 +142,7 @@ def run_probe(
         args, kwargs = observer.call_arguments(flat)
         try:
             with torch.no_grad():
-                expected = flatten_outputs(method(*args, **kwargs))
+                produced = method(*args, **kwargs)
         except Exception as e:
             rejections.append(f"{label}: torch rejected it ({error_tail(e, 300)})")
             continue
@@ -157,7 +160,9 @@ def run_probe(
                 reason=label,
                 cause=explain_probe_failure(error_tail(e), broken),
             )
-        probe = _compared(method, names, flat, expected, got, shapes, atol, rtol, label)
+        expected = flatten_outputs(produced)
+        judged = (expected, got, output_names(produced), outputs)
+        probe = _compared(method, names, flat, judged, shapes, atol, rtol, label)
         located = probe.cause is not None and probe.cause.kind != MASKED_POSITIONS_ONLY
         if located and on_mismatch is not None:
             on_mismatch(args, kwargs, feeds)
@@ -174,16 +179,17 @@ def _compared(
     method: Callable[..., Any],
     names: list[str],
     flat: list[torch.Tensor],
-    expected: list[Any],
-    got: list[Any],
+    judged: tuple[list[Any], list[Any], list[str], Sequence[OutputTolerance]],
     shapes: dict[str, list[int]],
     atol: float,
     rtol: float,
     label: str,
 ) -> ProbeResult:
-    """The probe's verdict from torch's and onnxruntime's outputs at the planned sizes."""
+    """The probe's verdict from torch's and onnxruntime's outputs at the planned sizes
+    (``judged``: expected, got, the output names and their own tolerances)."""
+    expected, got, output_names_, outputs = judged
     diff = max_diff(expected, got)
-    within = diff.within(atol, rtol)
+    within, _ = judge_outputs(diff, output_names_, atol, rtol, outputs)
     return ProbeResult(
         ran=True,
         ok=diff.comparable,

@@ -15,9 +15,10 @@ import torch
 from observer_ci.core.errors import error_tail
 from observer_ci.core.exceptions import FeedError
 from observer_ci.core.results import ObservationResult
+from observer_ci.core.tolerances import OutputTolerance
 from observer_ci.observing import structure
 from observer_ci.pipeline.causes import explain_ort_failure
-from observer_ci.pipeline.diff import Diff, flatten_outputs, max_diff
+from observer_ci.pipeline.diff import Diff, flatten_outputs, judge_outputs, max_diff, output_names
 from observer_ci.pipeline.ort_session import make_session
 
 if TYPE_CHECKING:
@@ -165,9 +166,11 @@ def replay_observation(
     method: Callable[..., Any] | None = None,
     budget_s: float | None = None,
     threads: int | None = None,
+    outputs: Sequence[OutputTolerance] = (),
 ) -> Replay:
     """One stored call through onnxruntime (and torch when ``method`` is given), compared
-    with the outputs stored at observation time. Never raises: errors go in the result."""
+    with the outputs stored at observation time; ``outputs``: per-output tolerances (the
+    policy file's). Never raises: errors go in the result."""
     flat_observed = observer.aligned_inputs(index)
     observation = observer.observations[index]
     row = ObservationResult(index=index, ok=False)
@@ -200,7 +203,8 @@ def replay_observation(
     replay.diff = diff
     row.ok = diff.comparable
     row.abs, row.rel, row.hist = diff.abs, diff.rel, dict(diff.hist)
-    row.success = diff.within(atol, rtol)
+    names_out = output_names(observation.outputs)
+    row.success, row.output_errors = judge_outputs(diff, names_out, atol, rtol, outputs)
     if diff.errors:
         row.error = "; ".join(diff.errors)
     return replay

@@ -20,6 +20,7 @@ from observer_ci.core.logs import progress as progress_line
 from observer_ci.core.results import (
     STATUS_OBSERVE_FAILED,
     STATUS_SCRIPT_FAILED,
+    STATUS_SKIPPED,
     ModelResult,
     RunResults,
 )
@@ -30,6 +31,7 @@ from observer_ci.pipeline.causes import (
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.environment import environment_fingerprint
 from observer_ci.pipeline.export_cache import forget_weight_digests
+from observer_ci.pipeline.memory import process_peak
 from observer_ci.pipeline.model_steps import process_model
 from observer_ci.pipeline.script_state import ScriptState
 
@@ -82,7 +84,24 @@ def run_scripts(
             if writer:
                 writer.done(script, models)
     results.models = [m for position in sorted(by_script) for m in by_script[position]]
+    for note in unmatched_skips(config, results.models):
+        progress(note)
+        results.environment.setdefault("notes", []).append(note)
+    results.peak_rss_bytes = process_peak()
     return results
+
+
+def unmatched_skips(config: RunConfig, models: Sequence[ModelResult]) -> list[str]:
+    """A warning per ``skip`` of the policy file that matched no model of the run."""
+    import fnmatch
+
+    names = [m.name for m in models]
+    return [
+        f"policy file: skip {pattern!r} ({reason}) matched no model of this run; "
+        "check the pattern against the model names"
+        for pattern, reason in config.skipped
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names)
+    ]
 
 
 def run_script(
@@ -143,7 +162,19 @@ def run_script(
 def _process_safely(
     entry: registry.ObservedModel, out_dir: Path, *, config: RunConfig, progress: Progress
 ) -> ModelResult:
-    """``process_model`` whose unexpected errors become a result row (never a crash)."""
+    """``process_model`` whose unexpected errors become a result row (never a crash); a
+    model the policy file skips is neither exported nor run: its row says why."""
+    reason = config.skip_reason(entry.name)
+    if reason is not None:
+        progress(f"{entry.name}: skipped by the policy file ({reason})")
+        return ModelResult(
+            name=entry.name,
+            script=entry.script,
+            status=STATUS_SKIPPED,
+            method_name=entry.method_name,
+            n_observations=entry.observer.num_obs(),
+            skip_reason=reason,
+        )
     try:
         return process_model(entry, out_dir, config=config.for_model(entry.name), progress=progress)
     except Exception as e:

@@ -1,20 +1,25 @@
-"""What changed between base and head beyond the numbers: ONNX op types, package versions.
+"""What changed between base and head beyond the numbers: ONNX op types, memory, package
+versions.
 
 Torch-free: reads two :class:`~observer_ci.core.results.RunResults`. The op-type diff feeds
-the ``op_set_changed`` rule and the model details; the version diff names which models'
-outputs moved with an upgrade (outputs changing after a torch or onnxruntime upgrade are a
-classic: the verdict should say so, not leave the reader to guess).
+the ``op_set_changed`` rule and the model details, the memory pairs the ``memory_growth``
+rule and the details' "Memory vs base" line; the version diff names which models' outputs
+moved with an upgrade (outputs changing after a torch or onnxruntime upgrade are a classic:
+the verdict should say so, not leave the reader to guess).
 """
 
 from __future__ import annotations
 
 import math
 
-from observer_ci.core.results import ModelResult, RunResults, max_or_none
+from observer_ci.core.results import Footprint, ModelResult, RunResults, max_or_none
+from observer_ci.report.tables import format_bytes
 
 VERSIONED = ("torch", "onnx", "onnxruntime", "onnxscript", "transformers")
 MOVED_FACTOR = 10.0  # a worst abs error this many times the base's (or from 0) has moved
 _SHOWN_OPS = 8
+# phase label -> Footprint field (pipeline/memory.py measures them in the child)
+MEMORY_PHASES = {"export": "export_bytes", "session": "session_bytes", "run": "run_bytes"}
 
 
 def op_count_diff(base: dict[str, int], head: dict[str, int]) -> dict[str, int]:
@@ -77,3 +82,45 @@ def moved_outputs(base: RunResults, head: RunResults) -> list[tuple[str, float, 
 
 def _worst_abs(model: ModelResult) -> float | None:
     return max_or_none(o.abs for o in model.observations)
+
+
+def memory_pairs(base: ModelResult, head: ModelResult) -> list[tuple[str, str, int, int]]:
+    """(graph, phase, base bytes, head bytes) of every phase measured on both sides, graph
+    by graph (by name); an export restored from the cache on either side has no pair."""
+    old: dict[str, Footprint] = {g.name: g.footprint for g in base.graphs if g.footprint}
+    pairs = []
+    for graph in head.graphs:
+        before = old.get(graph.name)
+        if graph.footprint is None or before is None:
+            continue
+        for phase, attribute in MEMORY_PHASES.items():
+            a, b = getattr(before, attribute), getattr(graph.footprint, attribute)
+            if isinstance(a, int) and isinstance(b, int):
+                pairs.append((graph.name, phase, a, b))
+    return pairs
+
+
+def memory_text(footprint: Footprint) -> str:
+    """``export 1.5 MiB · session 64 KiB in 0.9 ms · first run 196 KiB``: what each phase
+    added to the RSS (its peak over its start)."""
+    parts = []
+    for phase, attribute in MEMORY_PHASES.items():
+        value = getattr(footprint, attribute)
+        if value is None:
+            continue
+        text = f"{'first run' if phase == 'run' else phase} {format_bytes(value)}"
+        if phase == "session" and footprint.session_seconds is not None:
+            text += f" in {footprint.session_seconds * 1e3:.3g} ms"
+        parts.append(text)
+    return " · ".join(parts)
+
+
+def memory_diff_text(pairs: list[tuple[str, str, int, int]], graphs: int) -> str:
+    """``export 12 MiB → 20 MiB (×1.63), run 1 MiB → 1 MiB``; the graph named when the
+    model has several."""
+    parts = []
+    for graph, phase, old, new in pairs:
+        where = f"{graph} " if graphs > 1 else ""
+        ratio = f" (×{new / old:.3g})" if old > 0 and new != old else ""
+        parts.append(f"{where}{phase} {format_bytes(old)} → {format_bytes(new)}{ratio}")
+    return ", ".join(parts)

@@ -24,6 +24,7 @@ from observer_ci.core.constants import MARKER, MASKED_POSITIONS_ONLY
 from observer_ci.core.results import (
     STATUS_DISCREPANCY,
     STATUS_OK,
+    STATUS_SKIPPED,
     STATUSES,
     Cause,
     Diagnosis,
@@ -38,7 +39,14 @@ from observer_ci.core.results import (
     RunResults,
     quantile,
 )
-from observer_ci.report.changes import moved_outputs, op_diff_text, version_changes
+from observer_ci.report.changes import (
+    memory_diff_text,
+    memory_pairs,
+    memory_text,
+    moved_outputs,
+    op_diff_text,
+    version_changes,
+)
 from observer_ci.report.chart import SOURCE_PAIRED, chart_points, latency_chart
 from observer_ci.report.escape import (
     SPAN_UNSAFE,
@@ -144,6 +152,8 @@ def _message(text: Any, max_chars: int | None = None) -> str:
 def _status_emoji(status: str) -> str:
     if status == STATUS_OK:
         return "✅"
+    if status == STATUS_SKIPPED:
+        return "⏭️"
     if status == STATUS_DISCREPANCY:
         return "⚠️"
     return "❌"
@@ -155,6 +165,8 @@ def _value(rule: str, value: float | str | None) -> str:
     definition = RULES_BY_NAME.get(rule)
     if definition is not None and definition.unit == "seconds":
         return format_seconds(value)
+    if definition is not None and definition.unit == "bytes":
+        return format_bytes(value)
     return format_float(value)
 
 
@@ -305,10 +317,13 @@ class _Renderer:
         status = _status_emoji(model.status)
         if model.status != STATUS_OK:
             status += " " + _inline(model.status, 40)
+        export = _export_cell(model.export, old.export if old else None) + _graphs_suffix(model)
+        if model.skip_reason is not None:
+            export = "skipped: " + _inline(model.skip_reason, 80)
         row: list[object] = [
             Markup(status),
             model.name,
-            Markup(_export_cell(model.export, old.export if old else None) + _graphs_suffix(model)),
+            Markup(export),
             Markup(_error_cell(model, old, "abs")),
             Markup(_error_cell(model, old, "rel")),
             Markup(_ort_cell(model, old, self.versus_base)),
@@ -406,7 +421,8 @@ class _Renderer:
             "is flagged only beyond the noise (paired: head slower in 90% of the pairs; "
             "separate runs: head's 10th percentile over base's 90th); node count may grow "
             f"×{format_float(th.node_growth_max)}, the ONNX file size "
-            f"×{format_float(th.size_growth_max)}.",
+            f"×{format_float(th.size_growth_max)}, the memory a phase adds ×"
+            f"{format_float(th.memory_growth_max)} (past {format_float(th.min_memory_mb)} MiB).",
             *(
                 [
                     "- **Policy file** (per model, over the values above): "
@@ -450,6 +466,23 @@ class _Renderer:
         text = op_diff_text(old.export.op_counts, model.export.op_counts)
         return f"**Ops vs base:** {_inline(text, 400)}" if text else ""
 
+    def memory_changed(self, model: ModelResult) -> str:
+        """``**Memory vs base:** export 12 MiB → 20 MiB (×1.63), ...`` (what each phase
+        added to the RSS), or ``**Memory:** ...`` without a base."""
+        old = self.base_models.get(model.name)
+        pairs = memory_pairs(old, model) if old is not None else []
+        if pairs:
+            text = memory_diff_text(pairs, len(model.graphs))
+            return f"**Memory vs base** (added by each phase): {_inline(text, 400)}"
+        shown = [(g.name, memory_text(g.footprint)) for g in model.graphs if g.footprint]
+        shown = [(name, text) for name, text in shown if text]
+        if not shown:
+            return ""
+        if len(shown) == 1:
+            return f"**Memory** (added by each phase): {_inline(shown[0][1], 300)}"
+        text = "; ".join(f"{name}: {t}" for name, t in shown[:4])
+        return f"**Memory** (added by each phase): {_inline(text, 400)}"
+
     def model_details(self, index: int, model: ModelResult, level: int) -> str:
         parts = [model.name, model.status] + ([model.script] if model.script else [])
         summary = " · ".join(escape_html(truncate(" ".join(p.split()), 200)) for p in parts)
@@ -457,6 +490,11 @@ class _Renderer:
         if model.cause is not None:
             blocks.append(_cause_lines(model.cause))
         blocks.append(diagnosis_lines(model))
+        if model.skip_reason is not None:
+            blocks.append(
+                f"⏭️ Skipped by the policy file, neither exported nor run: "
+                f"{_message(model.skip_reason, 400)}"
+            )
         if model.notes:
             blocks.append("\n".join(f"- ⚠️ {_message(n, 400)}" for n in model.notes))
         facts = [
@@ -469,7 +507,7 @@ class _Renderer:
             _phases_line(model),
         ]
         blocks.append("  \n".join(f for f in facts if f))
-        changed = self.ops_changed(model)
+        changed = "  \n".join(t for t in (self.ops_changed(model), self.memory_changed(model)) if t)
         if changed:
             blocks.append(changed)
         if len(model.graphs) > 1:

@@ -11,11 +11,23 @@ input)::
         abs_max: 1e-2    # more specific than any input: this model's own tolerance
       legacy_lstm:
         accept: [latency_ratio, node_count_growth]   # reported, never fail the build
+      big_*:
+        skip: "needs 40 GB; checked nightly"         # not exported nor run, shown as skipped
+      tiny_llama:
+        outputs:         # glob on output names (their path in the model's output)
+          logits: {abs_max: 1e-2}
+          "past_key_values.*": {abs_max: 1e-4, rel_max: 1e-3}
 
 Precedence, lowest first: built-in defaults, the file's ``defaults``, the ``thresholds`` /
 ``fail_on`` inputs and flags, the file's matching ``models`` entries. Every key is checked:
 an unknown key, a wrong type or a bad rule name is an error naming the file, the line and
 the valid keys (exit 2). Torch-free: the parent and the child read the same file.
+
+A ``skip`` is a model's own: it belongs under ``models``, and one matching no model is a
+warning of the run. An ``outputs`` entry sets ``abs_max`` / ``rel_max`` of the outputs whose
+name matches (later entries win, unset values are the model's); outputs are named by their
+path in the model's output, dotted (``logits``, ``past_key_values.key_cache.0``; a lone
+tensor is ``output``, a tuple's items ``0``, ``1``...).
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from observer_ci.core.tolerances import OutputTolerance
 from observer_ci.report.rules import (
     ACCEPTED,
     RULES,
@@ -40,7 +53,8 @@ from observer_ci.report.rules import (
 
 DEFAULT_POLICY_FILE = ".observer-ci.yml"
 SECTION_KEYS = ("defaults", "models")
-ENTRY_KEYS = (*threshold_keys(), "fail_on", "accept")
+ENTRY_KEYS = (*threshold_keys(), "fail_on", "accept", "skip", "outputs")
+OUTPUT_KEYS = ("abs_max", "rel_max")
 
 
 class PolicyError(ValueError):
@@ -57,6 +71,8 @@ class Entry:
     fail_on: frozenset[str] | None = None
     accept: frozenset[str] = frozenset()
     note: str = ""  # why it accepts (a maintainer's accept path: who and when)
+    skip: str | None = None  # why the model is not run
+    outputs: tuple[OutputTolerance, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,50 @@ class Policy:
             for r in regressions
         ]
 
+    def skip_for(self, name: str) -> str | None:
+        """Why the file skips model ``name`` (the last matching entry's), else None."""
+        reasons = [e.skip for e in self.matching(name) if e.skip is not None]
+        return reasons[-1] if reasons else None
+
+    def outputs_for(self, name: str) -> tuple[OutputTolerance, ...]:
+        """Model ``name``'s per-output tolerances, in file order (later entries win)."""
+        return tuple(o for entry in self.matching(name) for o in entry.outputs)
+
+    def skips(self) -> list[tuple[str, str]]:
+        """(pattern, reason) of every ``skip``: the child leaves those models out."""
+        return [(e.pattern, e.skip) for e in self.models if e.skip is not None]
+
+    def output_tolerances(self) -> list[tuple[str, str, float | None, float | None]]:
+        """(model pattern, output pattern, abs_max, rel_max), for the child."""
+        return [(e.pattern, *o) for e in self.models for o in e.outputs]
+
+    def effective(self, names: list[str], run: Thresholds) -> list[str]:
+        """One line per model some entry matches: its effective tolerances, ``fail_on``,
+        accepted rules, output tolerances or skip (the legend's "values per model")."""
+        lines = []
+        for name in names:
+            entries = self.matching(name)
+            if not entries:
+                continue
+            skip = self.skip_for(name)
+            if skip is not None:
+                lines.append(f"{name}: skipped ({skip})")
+                continue
+            th = self.thresholds_for(name, run)
+            parts = [f"abs_max={th.abs_max:g}", f"rel_max={th.rel_max:g}"]
+            for pattern, abs_max, rel_max in self.outputs_for(name):
+                a = th.abs_max if abs_max is None else abs_max
+                r = th.rel_max if rel_max is None else rel_max
+                parts.append(f"outputs {pattern} (abs_max={a:g}, rel_max={r:g})")
+            if any(e.fail_on is not None for e in entries):
+                parts.append(
+                    "fail_on " + (",".join(sorted(self.fail_on_for(name, set()))) or "none")
+                )
+            if self.accepted_for(name):
+                parts.append("accepts " + " ".join(sorted(self.accepted_for(name))))
+            lines.append(f"{name}: {', '.join(parts)}")
+        return lines
+
     def describe(self) -> list[str]:
         """One line per entry of the file, for the report's legend (the effective values)."""
         lines = []
@@ -131,6 +191,9 @@ class Policy:
                 parts.append("fail_on " + (",".join(sorted(entry.fail_on)) or "none"))
             if entry.accept:
                 parts.append("accepts " + ",".join(sorted(entry.accept)))
+            if entry.skip is not None:
+                parts.append(f"skipped ({entry.skip})")
+            parts += [f"outputs {o[0]}: {_limits_text(o[1], o[2])}" for o in entry.outputs]
             if parts:
                 where = "defaults" if entry.line == 0 or entry is self.defaults else entry.pattern
                 lines.append(f"{where}: {'; '.join(parts)}")
@@ -181,11 +244,16 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     models: list[Entry] = []
     for key, (key_node, value) in sections.items():
         if key == "defaults":
-            defaults = _entry("*", value, path, key_node.start_mark.line + 1)
+            defaults = _entry("*", value, path, key_node.start_mark.line + 1, defaults=True)
         else:
             for pattern, (pattern_node, entry) in _mapping(value, path, "models", None).items():
                 models.append(_entry(pattern, entry, path, pattern_node.start_mark.line + 1))
     return Policy(str(path), defaults, tuple(models))
+
+
+def _limits_text(abs_max: float | None, rel_max: float | None) -> str:
+    parts = [f"{k}={v:g}" for k, v in (("abs_max", abs_max), ("rel_max", rel_max)) if v is not None]
+    return ", ".join(parts)
 
 
 def _mapping(node: Any, path: Path, what: str, valid: tuple[str, ...] | None) -> dict[str, Any]:
@@ -199,7 +267,7 @@ def _mapping(node: Any, path: Path, what: str, valid: tuple[str, ...] | None) ->
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
         at = f"{path}:{key_node.start_mark.line + 1}"
         if not isinstance(key, str) or (valid is not None and key not in valid):
-            shown = f"valid keys: {', '.join(valid)}" if valid else "keys are model name globs"
+            shown = f"valid keys: {', '.join(valid)}" if valid else "keys are name globs"
             raise PolicyError(f"{at}: unknown key {key!r} in {what}; {shown}")
         if key in found:
             raise PolicyError(f"{at}: {key!r} appears twice in {what}")
@@ -207,15 +275,23 @@ def _mapping(node: Any, path: Path, what: str, valid: tuple[str, ...] | None) ->
     return found
 
 
-def _entry(pattern: str, node: Any, path: Path, line: int) -> Entry:
-    import yaml
-
+def _entry(pattern: str, node: Any, path: Path, line: int, defaults: bool = False) -> Entry:
     values = _mapping(node, path, f"entry {pattern!r}", ENTRY_KEYS)
     thresholds: dict[str, float] = {}
     fail_on: frozenset[str] | None = None
     accept: frozenset[str] = frozenset()
+    skip: str | None = None
+    outputs: tuple[OutputTolerance, ...] = ()
     for key, (key_node, value) in values.items():
         at = f"{path}:{key_node.start_mark.line + 1}"
+        if key in ("skip", "outputs") and defaults:
+            raise PolicyError(f"{at}: {key} belongs under models (a model's own), not defaults")
+        if key == "skip":
+            skip = _reason(value, at)
+            continue
+        if key == "outputs":
+            outputs = _outputs(value, path)
+            continue
         if key in ("fail_on", "accept"):
             items = _string_list(value, at, key)
             unknown = [
@@ -231,16 +307,50 @@ def _entry(pattern: str, node: Any, path: Path, line: int) -> Entry:
             else:
                 accept = frozenset(items)
             continue
-        if not isinstance(value, yaml.ScalarNode) or value.tag.endswith((":bool", ":null")):
-            raise PolicyError(f"{at}: {key} must be a number")
-        try:
-            number = float(value.value)
-        except ValueError:
-            raise PolicyError(f"{at}: {key} must be a number, got {value.value!r}") from None
-        if number != number or number < 0:
-            raise PolicyError(f"{at}: {key} must be a non-negative number, got {value.value!r}")
-        thresholds[key] = number
-    return Entry(pattern, line, thresholds, fail_on, accept)
+        thresholds[key] = _number(value, at, key)
+    return Entry(pattern, line, thresholds, fail_on, accept, skip=skip, outputs=outputs)
+
+
+def _number(value: Any, at: str, key: str) -> float:
+    import yaml
+
+    if not isinstance(value, yaml.ScalarNode) or value.tag.endswith((":bool", ":null")):
+        raise PolicyError(f"{at}: {key} must be a number")
+    try:
+        number = float(value.value)
+    except ValueError:
+        raise PolicyError(f"{at}: {key} must be a number, got {value.value!r}") from None
+    if number != number or number < 0:
+        raise PolicyError(f"{at}: {key} must be a non-negative number, got {value.value!r}")
+    return number
+
+
+def _reason(node: Any, at: str) -> str:
+    import yaml
+
+    if not isinstance(node, yaml.ScalarNode) or node.tag.endswith((":bool", ":null")):
+        raise PolicyError(f'{at}: skip must be the reason, as text (skip: "why")')
+    reason = " ".join(str(node.value).split())
+    if not reason:
+        raise PolicyError(f'{at}: skip must give a reason (skip: "why")')
+    return reason
+
+
+def _outputs(node: Any, path: Path) -> tuple[OutputTolerance, ...]:
+    """``outputs: {glob: {abs_max, rel_max}}`` of one model entry."""
+    found = []
+    for pattern, (pattern_node, limits) in _mapping(node, path, "outputs", None).items():
+        what = f"outputs entry {pattern!r}"
+        values = _mapping(limits, path, what, OUTPUT_KEYS)
+        if not values:
+            at = f"{path}:{pattern_node.start_mark.line + 1}"
+            raise PolicyError(f"{at}: {what} sets nothing; valid keys: {', '.join(OUTPUT_KEYS)}")
+        numbers = {
+            key: _number(value, f"{path}:{key_node.start_mark.line + 1}", key)
+            for key, (key_node, value) in values.items()
+        }
+        found.append((pattern, numbers.get("abs_max"), numbers.get("rel_max")))
+    return tuple(found)
 
 
 def _string_list(node: Any, at: str, key: str) -> list[str]:

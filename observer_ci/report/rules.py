@@ -32,7 +32,7 @@ from observer_ci.core.results import (
     VariantResult,
     max_or_none,
 )
-from observer_ci.core.tolerances import limit_for
+from observer_ci.core.tolerances import OutputTolerance, limit_for, outputs_over
 from observer_ci.core.variants import (
     CPU,
     FLOAT32,
@@ -40,7 +40,7 @@ from observer_ci.core.variants import (
     STATE_SKIPPED,
     VARIANT_TOLERANCES,
 )
-from observer_ci.report.changes import op_diff_text, op_set_changed
+from observer_ci.report.changes import memory_diff_text, memory_pairs, op_diff_text, op_set_changed
 from observer_ci.report.escape import SPAN_UNSAFE
 from observer_ci.report.tables import format_bytes, format_seconds, plural
 
@@ -85,6 +85,13 @@ RULE_TABLE: tuple[Rule, ...] = (
     Rule("node_count_growth", "count", False, "ONNX node count over node_growth_max x base"),
     Rule("op_set_changed", "count", False, "an ONNX op type appeared in or vanished from a graph"),
     Rule("size_growth", "count", False, "ONNX file size over size_growth_max x base"),
+    Rule(
+        "memory_growth",
+        "bytes",
+        False,
+        "the memory a phase added (export, session creation, first run) over "
+        "memory_growth_max x base, once over min_memory_mb",
+    ),
     Rule("probe_failed", "state", True, "the unseen-shape probe failed or exceeded tolerance"),
     Rule("model_missing", "status", False, "a model present in base is missing from head"),
     Rule(
@@ -111,6 +118,7 @@ RULES_BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULE_TABLE}
 RULES: tuple[str, ...] = tuple(RULES_BY_NAME)
 DEFAULT_FAIL_ON: frozenset[str] = frozenset(r.name for r in RULE_TABLE if r.gates_by_default)
 
+MIB = 1 << 20
 GROWTH_FLOOR = 1e-7  # base values at or below this are noise: growth rules defer to abs_max
 STILL_FAILING = "still failing"
 
@@ -138,6 +146,8 @@ class Thresholds:
     node_growth_max: float = 1.10
     size_growth_max: float = 1.10
     min_latency_s: float = 1e-4
+    memory_growth_max: float = 1.5  # the memory a phase added, head over base
+    min_memory_mb: float = 16.0  # figures both under this (MiB) are never compared
     # per variant (core.variants.VARIANT_TOLERANCES); ``fp16.abs_max=...`` sets fp16_abs_max
     fp16_abs_max: float = VARIANT_TOLERANCES["fp16"][0]
     fp16_rel_max: float = VARIANT_TOLERANCES["fp16"][1]
@@ -264,7 +274,8 @@ def compare(
             th = policy.thresholds_for(model.name, thresholds)
             rules = policy.fail_on_for(model.name, fail_on)
         band = (bands or {}).get(model.name)
-        regressions = _compare_model(model, old, th, rules, base is not None, band)
+        outputs = policy.outputs_for(model.name) if policy is not None else ()
+        regressions = _compare_model(model, old, th, rules, base is not None, band, outputs)
         found.extend(policy.accept(regressions) if policy is not None else regressions)
     if base is not None:
         head_names = {m.name for m in head.models}
@@ -288,6 +299,7 @@ def _compare_model(
     fail_on: set[str],
     has_base_run: bool = False,
     band: Band | None = None,
+    outputs: tuple[OutputTolerance, ...] = (),
 ) -> list[Regression]:
     # Failure, discrepancy, error growth and the probe can all be symptoms of one
     # broken graph: they are folded into one regression (its root cause).
@@ -295,8 +307,12 @@ def _compare_model(
     failure = _failure(head, base, fail_on, has_base_run)
     if failure is not None:
         symptoms.append(failure)
-    explained = _explained_discrepancy(head, base, th, fail_on)
-    symptoms.extend(explained or _discrepancy(head, base, th, fail_on))
+    if outputs and any(o.output_errors for o in head.observations):
+        plain = _output_discrepancy(head, base, th, fail_on, outputs)
+    else:
+        plain = _discrepancy(head, base, th, fail_on)
+    explained = _explained_discrepancy(head, base, th, fail_on) if plain else []
+    symptoms.extend(explained or plain)
     if base is not None and not explained:  # growth of an explained error says nothing more
         symptoms.extend(_growth(head, base, th, fail_on))
     probe = _probe(head, base, fail_on)
@@ -312,6 +328,7 @@ def _compare_model(
         found.extend(_node_count(head, base, th, fail_on))
         found.extend(_op_set(head, base, fail_on))
         found.extend(_size(head, base, th, fail_on))
+        found.extend(_memory(head, base, th, fail_on))
     found.extend(_graph_warnings(head, base, fail_on))
     found.extend(_variant_discrepancies(head, base, th, fail_on))
     return found
@@ -463,6 +480,49 @@ def _explained_discrepancy(
     value = worst_error(head, "abs")
     old = None if base is None else worst_error(base, "abs")
     return [_reg(head, rule, message, old, value, fail_on, preexisting=preexisting)]
+
+
+def _output_discrepancy(
+    head: ModelResult,
+    base: ModelResult | None,
+    th: Thresholds,
+    fail_on: set[str],
+    outputs: tuple[OutputTolerance, ...],
+) -> list[Regression]:
+    """``discrepancy`` of a model whose outputs have their own tolerances (the policy
+    file's): each output judged by its worst error over the calls, the worst over-limit
+    output of each metric reported."""
+    found = []
+    for metric in ("abs", "rel"):
+        over = _outputs_over(head, th, outputs, metric)
+        if not over:
+            continue
+        name, value, limit = max(over, key=lambda o: (math.isnan(o[1]), o[1] / (o[2] or 1e-30)))
+        others = f" (and {plural(len(over) - 1, 'other output')})" if len(over) > 1 else ""
+        message = f"output {name}: max {metric} error {value:.3g} > {metric}_max {limit:.3g}"
+        message += others
+        old = None if base is None else worst_error(base, metric)
+        preexisting = base is not None and bool(_outputs_over(base, th, outputs, metric))
+        if preexisting:
+            message = f"{STILL_FAILING}: {message}"
+        found.append(
+            _reg(head, "discrepancy", message, old, value, fail_on, preexisting=preexisting)
+        )
+    return found
+
+
+def _outputs_over(
+    model: ModelResult, th: Thresholds, outputs: tuple[OutputTolerance, ...], metric: str
+) -> list[tuple[str, float, float]]:
+    """(output, worst error over the calls, its limit) of the outputs over their limit."""
+    abs_max = limit_for(model.tolerance, "abs", th.abs_max)
+    rel_max = limit_for(model.tolerance, "rel", th.rel_max)
+    worst: dict[str, tuple[float, float]] = {}
+    for o in model.observations:
+        for name, m, value, limit in outputs_over(o.output_errors, outputs, abs_max, rel_max):
+            if m == metric and (name not in worst or value != value or value > worst[name][0]):
+                worst[name] = (value, limit)
+    return [(name, value, limit) for name, (value, limit) in sorted(worst.items())]
 
 
 def _growth(
@@ -657,6 +717,26 @@ def _size(
         f"{format_bytes(old)} → {format_bytes(new)}"
     )
     return [_reg(head, "size_growth", message, old, new, fail_on)]
+
+
+def _memory(
+    head: ModelResult, base: ModelResult, th: Thresholds, fail_on: set[str]
+) -> list[Regression]:
+    """One ``memory_growth`` per model: the phases whose added memory grew over
+    ``memory_growth_max`` x base, ignoring figures both under ``min_memory_mb``."""
+    floor = th.min_memory_mb * MIB
+    grown = [
+        (graph, phase, old, new)
+        for graph, phase, old, new in memory_pairs(base, head)
+        if max(old, new) >= floor and new > max(old, 1) * th.memory_growth_max
+    ]
+    if not grown:
+        return []
+    _, _, old, new = max(grown, key=lambda g: g[3] - g[2])
+    message = f"peak memory grew (> ×{th.memory_growth_max:.3g}): " + memory_diff_text(
+        grown, len(head.graphs)
+    )
+    return [_reg(head, "memory_growth", message, old, new, fail_on)]
 
 
 def _probe(head: ModelResult, base: ModelResult | None, fail_on: set[str]) -> Regression | None:

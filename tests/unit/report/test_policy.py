@@ -7,7 +7,7 @@ import pytest
 
 from observer_ci.report.markdown import render_report
 from observer_ci.report.policy import PolicyError, find_policy, load_policy
-from observer_ci.report.rules import ACCEPTED, Thresholds, compare
+from observer_ci.report.rules import ACCEPTED, RULES, Thresholds, compare
 from tests.support.builders import model, observation, run
 
 POLICY = """\
@@ -71,6 +71,13 @@ def test_an_accepted_regression_is_reported_and_never_fails(tmp_path):
         ("models: [a, b]\n", 1, "must be a mapping"),
         ("defaults:\n  abs_max: -1\n", 2, "non-negative"),
         ("defaults: {abs_max: 1\n", 2, "not valid YAML"),
+        ("defaults:\n  skip: slow\n", 2, "skip belongs under models"),
+        ("models:\n  m:\n    skip: true\n", 3, "skip must be the reason"),
+        ("models:\n  m:\n    skip: ''\n", 3, "skip must give a reason"),
+        ("models:\n  m:\n    outputs: {logits: {atol: 1}}\n", 3, "valid keys: abs_max, rel_max"),
+        ("models:\n  m:\n    outputs:\n      logits: {}\n", 4, "sets nothing"),
+        ("models:\n  m:\n    outputs:\n      logits:\n        abs_max: x\n", 5, "a number"),
+        ("models:\n  m:\n    outputs: [logits]\n", 3, "must be a mapping"),
     ],
 )
 def test_a_malformed_policy_names_file_line_and_valid_keys(tmp_path, text, line, says):
@@ -86,3 +93,41 @@ def test_a_missing_named_policy_is_an_error_and_no_file_is_an_empty_policy(tmp_p
         find_policy(tmp_path / "nope.yml")
     empty = find_policy(None, root=tmp_path)
     assert empty.models == () and empty.base_thresholds("") == Thresholds()
+
+
+SKIPS_AND_OUTPUTS = """\
+models:
+  llama_*:
+    outputs:
+      logits: {abs_max: 1e-2}
+      "past_key_values.*": {rel_max: 0.5}
+  llama_big:
+    skip: "  needs   40 GB "
+    outputs:
+      logits: {rel_max: 0.2}
+"""
+
+
+def test_skips_and_output_tolerances_resolve_per_model_later_entries_winning(tmp_path):
+    policy = load_policy(write(tmp_path, SKIPS_AND_OUTPUTS))
+    assert policy.skip_for("llama_big") == "needs 40 GB" and policy.skip_for("llama_s") is None
+    assert policy.skips() == [("llama_big", "needs 40 GB")]
+    assert policy.outputs_for("llama_s") == (
+        ("logits", 1e-2, None),
+        ("past_key_values.*", None, 0.5),
+    )
+    assert policy.outputs_for("llama_big")[-1] == ("logits", None, 0.2)
+    assert ("llama_*", "logits", 1e-2, None) in policy.output_tolerances()
+    lines = policy.effective(["llama_s", "llama_big", "other"], Thresholds())
+    assert lines == [
+        "llama_s: abs_max=0.001, rel_max=0.01, outputs logits (abs_max=0.01, rel_max=0.01), "
+        "outputs past_key_values.* (abs_max=0.001, rel_max=0.5)",
+        "llama_big: skipped (needs 40 GB)",
+    ]
+
+
+def test_a_skipped_model_never_fails_the_gate(tmp_path):
+    policy = load_policy(write(tmp_path, SKIPS_AND_OUTPUTS))
+    skipped = model("llama_big", "skipped", export=None, observations=[], probe=None)
+    base = run(model("llama_big"))
+    assert compare(run(skipped), base, Thresholds(), set(RULES), policy) == []

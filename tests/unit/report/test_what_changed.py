@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from observer_ci.core.results import Footprint, GraphResult
 from observer_ci.report.changes import op_diff_text, version_changes
 from observer_ci.report.markdown import render_report
 from observer_ci.report.rules import DEFAULT_FAIL_ON, RULES, Thresholds, compare
@@ -64,3 +65,45 @@ def test_the_model_details_show_the_op_changes():
     assert "**Ops vs base:** +8 Cast (new), +2 Gelu (new), -1 Softmax (gone)" in render_report(
         head, [], base
     )
+
+
+MIB = 1 << 20
+
+
+def with_memory(name="m", export_mb=40.0, session_mb=10.0, run_mb=20.0, graph="model"):
+    figures = Footprint(
+        export_bytes=int(export_mb * MIB) if export_mb is not None else None,
+        session_bytes=int(session_mb * MIB),
+        run_bytes=int(run_mb * MIB),
+        session_seconds=0.02,
+    )
+    return model(name, graphs=[GraphResult(graph, [0, 1], export=export(), footprint=figures)])
+
+
+def test_memory_grown_past_its_limit_is_a_warning_naming_phase_and_figures():
+    base = run(with_memory(), label="base")
+    head = run(with_memory(export_mb=80.0, run_mb=25.0))
+    (reg,) = compare(head, base, Thresholds(), set(DEFAULT_FAIL_ON))
+    assert (reg.rule, reg.fails_build) == ("memory_growth", False)
+    assert reg.message == "peak memory grew (> ×1.5): export 40 MiB → 80 MiB (×2)"
+    assert (reg.base_value, reg.head_value) == (40 * MIB, 80 * MIB)
+    (gated,) = compare(head, base, Thresholds(), set(RULES))
+    assert gated.fails_build  # fail_on can select it
+    report = render_report(head, [reg], base)
+    assert "| ⚠️ | m | memory_growth | 40 MiB | 80 MiB |" in report
+    assert "**Memory vs base** (added by each phase): export 40 MiB → 80 MiB (×2), " in report
+
+
+def test_small_cached_or_missing_figures_are_never_compared():
+    small_base = run(with_memory(export_mb=1.0), label="base")
+    assert compare(run(with_memory(export_mb=10.0)), small_base, Thresholds(), set(RULES)) == []
+    cached = run(with_memory(export_mb=None))  # restored from the export cache: not measured
+    base = run(with_memory(export_mb=1.0, session_mb=1.0, run_mb=1.0), label="base")
+    (reg,) = compare(cached, base, Thresholds(), set(RULES))
+    assert "export" not in reg.message and "run 1 MiB → 20 MiB" in reg.message
+    older = run(model("m"), label="base")  # a results.json without figures
+    assert compare(run(with_memory(export_mb=500.0)), older, Thresholds(), set(RULES)) == []
+    other_graph = run(with_memory(graph="decoder"), label="base")
+    assert compare(run(with_memory(export_mb=500.0)), other_graph, Thresholds(), set(RULES)) == []
+    report = render_report(run(with_memory()), [])
+    assert "**Memory** (added by each phase): export 40 MiB · session 10 MiB in 20 ms" in report
