@@ -16,20 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
+from observer_ci.pipeline.grid_patches import code_of, grid_patches
+
 LIST_OF_IMAGES = "image_features = list(image_features)"
-
-
-def _source(function: Callable) -> str:
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        return ""
 
 
 def _one_image_of_all_patches(module: Any, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -58,31 +52,33 @@ def _list_of_images_classes(model: torch.nn.Module) -> list[type]:
         method = getattr(cls, "get_image_features", None)
         if method is None or cls in classes or not hasattr(module, "multi_modal_projector"):
             continue
-        if LIST_OF_IMAGES in _source(method):
+        if LIST_OF_IMAGES in code_of(method):
             classes.append(cls)
     return classes
 
 
-def applicable_patches(model: Any) -> list[tuple[type, str, Callable]]:
-    """``(class, attribute, replacement)`` for every patch the model's code needs."""
+def applicable_patches(model: Any, inputs: Any = None) -> list[tuple[Any, str, Callable]]:
+    """``(owner, attribute, replacement)`` for every patch the model's code needs; the owner
+    is a class or a module. ``inputs`` (``(args, kwargs)``) is the export sample."""
     if not isinstance(model, torch.nn.Module):
         return []
-    return [
+    patches: list[tuple[Any, str, Callable]] = [
         (cls, "get_image_features", _get_image_features_as_one_list(cls.get_image_features))
         for cls in _list_of_images_classes(model)
     ]
+    return patches + grid_patches(model, inputs)
 
 
 @contextlib.contextmanager
-def export_patches(model: Any) -> Iterator[list[str]]:
+def export_patches(model: Any, inputs: Any = None) -> Iterator[list[str]]:
     """While the block runs, the patches ``model`` needs are in place; yields their names
     (``LlavaModel.get_image_features``) and restores every attribute on exit."""
-    patches = applicable_patches(model)
+    patches = applicable_patches(model, inputs)
     saved = [(cls, name, cls.__dict__.get(name)) for cls, name, _ in patches]
     try:
         for cls, name, replacement in patches:
             setattr(cls, name, replacement)
-        yield [f"{cls.__name__}.{name}" for cls, name, _ in patches]
+        yield [f"{cls.__name__.rsplit('.', 1)[-1]}.{name}" for cls, name, _ in patches]
     finally:
         for cls, name, original in saved:
             if original is None:

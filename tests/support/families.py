@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from observer_ci.core.cache_inputs import is_media_input
 from observer_ci.core.results import STATUS_OK, ModelResult
 from observer_ci.pipeline.config import RunConfig
-from observer_ci.pipeline.family_server import MEDIA_INPUT_MARKERS
 from observer_ci.pipeline.merged_decoder import MERGED_NAME
 from observer_ci.pipeline.scripts import run_scripts
 
@@ -48,7 +48,7 @@ def assert_served_and_probed(model: ModelResult) -> None:
         if pair
         else set()
     )
-    media = any(m in name for name in only_first for m in MEDIA_INPUT_MARKERS)
+    media = any(is_media_input(name) for name in only_first)
     if pair and not media:
         # a decoder and a decoder with past: one merged file as well (not when the first
         # step takes inputs the others never pass: a vision-language prefill's image)

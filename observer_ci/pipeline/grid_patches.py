@@ -1,0 +1,180 @@
+"""Export patches for vision towers sized by the values of an image grid (Qwen2-VL's
+``image_grid_thw``), applied only while observer-ci exports (see
+:mod:`observer_ci.pipeline.export_patches`, which lists them).
+
+The vision tower reads each image's ``(t, h, w)`` row with ``.tolist()`` to build its
+rotary positions and ``cu_seqlens`` (the image boundaries), splits its attention by image
+with ``torch.split(..., lengths.tolist())`` and the merged features by image. torch.export
+records shapes, not values. Images of one resolution share one row: specialised to the
+row of the export sample (every row equal), the same results come from the token index,
+the number of images staying dynamic:
+
+- rotary positions: the row's pattern (computed by transformers' own function, before
+  the export) indexed by ``token % (t * h * w)``; ``cu_seqlens``: ``k * h * w``;
+- attention by image (each frame of ``h * w`` tokens attends to itself): one attention
+  over all tokens with a block-diagonal additive mask (masked weights are exactly 0);
+- features by image, concatenated right after: one piece (the same tensor).
+
+Each patch is found by the code it replaces, not by a model name.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+GRID_CALLS = ("get_vision_position_ids(grid_thw", "get_vision_cu_seqlens(grid_thw")
+SPLIT_BY_LENGTHS = "lengths.tolist()"
+FEATURES_SPLIT_BY_GRID = "torch.split(vision_outputs.pooler_output, split_sizes)"
+GRID_INPUT = "image_grid_thw"
+PRECOMPUTED = ("image_", "video_")  # transformers' precomputed kwargs: left to the original
+
+
+def code_of(function: Callable) -> str:
+    """The source of ``function`` (its undecorated code), or "" where there is none."""
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def sample_grid_row(inputs: Any) -> tuple[int, int, int] | None:
+    """The one ``(t, h, w)`` row of the export sample's ``image_grid_thw``, if all rows
+    are equal (images of one resolution); None otherwise."""
+    if not isinstance(inputs, tuple) or len(inputs) != 2:
+        return None
+    grid = (inputs[1] or {}).get(GRID_INPUT)
+    if not isinstance(grid, torch.Tensor) or grid.ndim != 2 or grid.shape[-1] != 3:
+        return None
+    if grid.is_floating_point() or grid.shape[0] == 0:
+        return None
+    rows = {tuple(int(v) for v in row) for row in grid.tolist()}
+    if len(rows) != 1:
+        return None
+    t, h, w = rows.pop()
+    return t, h, w
+
+
+def _namespace(cls: type) -> dict[str, Any]:
+    return vars(sys.modules[cls.__module__])
+
+
+def _row_positions(model: torch.nn.Module, towers: list[type], row: tuple[int, ...]) -> dict:
+    """``{spatial_merge_size: positions of one image}`` by transformers' own function, on
+    real tensors before the export (in the trace the row's values would be symbols)."""
+    positions: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        merge = getattr(module, "spatial_merge_size", None)
+        if type(module) in towers and isinstance(merge, int) and merge not in positions:
+            compute = _namespace(type(module)).get("get_vision_position_ids")
+            if callable(compute):
+                positions[merge] = compute(torch.tensor([row]), merge)
+    return positions
+
+
+def _positions_from_token_index(
+    original: Callable, row: tuple[int, int, int], by_merge: dict[int, torch.Tensor]
+) -> Callable:
+    @functools.wraps(original)
+    def forward(self: Any, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any):
+        positions = by_merge.get(getattr(self, "spatial_merge_size", None))  # type: ignore[arg-type]
+        if positions is None or "position_ids" in kwargs or "cu_seqlens" in kwargs:
+            return original(self, hidden_states, grid_thw, **kwargs)
+        t, h, w = row
+        tokens = torch.arange(hidden_states.shape[0], device=hidden_states.device)
+        kwargs["position_ids"] = positions.to(hidden_states.device)[tokens % (t * h * w)]
+        frames = hidden_states.shape[0] // (h * w)
+        bounds = torch.arange(frames + 1, device=hidden_states.device, dtype=torch.int32)
+        kwargs["cu_seqlens"] = bounds * (h * w)
+        return original(self, hidden_states, grid_thw, **kwargs)
+
+    return forward
+
+
+def _attention_by_frame_as_one(original: Callable, frame: int) -> Callable:
+    @functools.wraps(original)
+    def forward(
+        self: Any,
+        hidden_states: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        position_embeddings: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        names = _namespace(type(self))
+        flash = names.get("is_flash_attention_requested")
+        if position_embeddings is None or flash is None or flash(self.config):
+            return original(self, hidden_states, cu_seqlens, position_embeddings, **kwargs)
+        length = hidden_states.shape[0]
+        qkv = self.qkv(hidden_states).reshape(length, 3, self.num_heads, -1)
+        query, key, value = qkv.permute(1, 0, 2, 3).unbind(0)
+        query, key = names["apply_rotary_pos_emb_vision"](query, key, *position_embeddings)
+        query, key, value = (x.transpose(0, 1).unsqueeze(0) for x in (query, key, value))
+        image = torch.arange(length, device=hidden_states.device) // frame
+        same = image[:, None] == image[None, :]
+        lowest = torch.finfo(query.dtype).min
+        mask = torch.zeros(same.shape, dtype=query.dtype, device=query.device)
+        mask = mask.masked_fill(~same, lowest)[None, None]
+        attention = names["ALL_ATTENTION_FUNCTIONS"].get_interface(
+            self.config._attn_implementation, names["eager_attention_forward"]
+        )
+        output, _ = attention(
+            self, query, key, value, attention_mask=mask, scaling=self.scaling, dropout=0.0,
+            is_causal=False, **kwargs,
+        )  # fmt: skip
+        return self.proj(output.reshape(length, -1).contiguous())
+
+    return forward
+
+
+def _features_in_one_piece(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def get_image_features(
+        self: Any, pixel_values: torch.Tensor, image_grid_thw: Any = None, **kwargs: Any
+    ) -> Any:
+        visual = getattr(self, "visual", None)
+        precomputed = any(k.startswith(PRECOMPUTED) for k in kwargs)
+        if not isinstance(visual, torch.nn.Module) or precomputed:
+            return original(self, pixel_values, image_grid_thw, **kwargs)
+        outputs = visual(pixel_values.type(visual.dtype), grid_thw=image_grid_thw, **kwargs)
+        outputs.pooler_output = (outputs.pooler_output,)  # torch.cat of it: the same tensor
+        return outputs
+
+    return get_image_features
+
+
+def _classes(model: torch.nn.Module, method: str, *texts: str) -> list[type]:
+    found: list[type] = []
+    for module in model.modules():
+        cls = type(module)
+        code = code_of(getattr(cls, method, None))  # type: ignore[arg-type]
+        if cls not in found and code and all(t in code for t in texts):
+            found.append(cls)
+    return found
+
+
+def grid_patches(model: torch.nn.Module, inputs: Any) -> list[tuple[Any, str, Callable]]:
+    """``(class, attribute, replacement)`` for a vision tower sized by the values of the
+    sample's image grid, when every image of the sample has the same grid row."""
+    row = sample_grid_row(inputs)
+    if row is None:
+        return []
+    towers = _classes(model, "forward", *GRID_CALLS)
+    if not towers:
+        return []
+    by_merge = _row_positions(model, towers, row)
+    if not by_merge:
+        return []
+    _, h, w = row
+    patches: list[tuple[Any, str, Callable]] = [
+        (cls, "forward", _positions_from_token_index(cls.forward, row, by_merge)) for cls in towers
+    ]
+    for cls in _classes(model, "forward", SPLIT_BY_LENGTHS, "torch.split("):
+        patches.append((cls, "forward", _attention_by_frame_as_one(cls.forward, h * w)))
+    for cls in _classes(model, "get_image_features", FEATURES_SPLIT_BY_GRID):
+        patches.append((cls, "get_image_features", _features_in_one_piece(cls.get_image_features)))
+    return patches
