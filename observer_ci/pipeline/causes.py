@@ -204,7 +204,8 @@ def _image_grid_values(text: str, exc: BaseException, observer: Any) -> Cause | 
         f"the vision code reads the values of {grid} (`.tolist()` / `.item()` in "
         "transformers' vision position ids and 3-D RoPE index) and the token layout of the "
         "prompt to size its tensors: torch.export records shapes, not values, so the image "
-        "prefill has no graph (the decode steps export)",
+        "prefill has no graph (the decode steps export; observer-ci's export patches cover "
+        "the images of one grid row, one resolution, positions passed by generate())",
         "observe the language model the multimodal model calls, around the same "
         "generate(): `observer_ci.observe(model.model.language_model, name=...)`; it takes "
         "the `inputs_embeds` and 3-D `position_ids` the vision code computed in torch and "

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from observer_ci.pipeline.grid_patches import code_of, grid_patches
+from observer_ci.pipeline.grid_patches import code_of, grid_patches, rope_deltas_patches
 
 LIST_OF_IMAGES = "image_features = list(image_features)"
 
@@ -66,22 +66,40 @@ def applicable_patches(model: Any, inputs: Any = None) -> list[tuple[Any, str, C
         (cls, "get_image_features", _get_image_features_as_one_list(cls.get_image_features))
         for cls in _list_of_images_classes(model)
     ]
-    return patches + grid_patches(model, inputs)
+    return patches + grid_patches(model, inputs) + rope_deltas_patches(model)
+
+
+@contextlib.contextmanager
+def _patched(patches: list[tuple[Any, str, Callable]]) -> Iterator[list[str]]:
+    """Sets every ``(owner, attribute, replacement)``; yields their names
+    (``LlavaModel.get_image_features``) and restores every attribute on exit."""
+    saved = [(owner, name, owner.__dict__.get(name)) for owner, name, _ in patches]
+    try:
+        for owner, name, replacement in patches:
+            setattr(owner, name, replacement)
+        yield [f"{owner.__name__.rsplit('.', 1)[-1]}.{name}" for owner, name, _ in patches]
+    finally:
+        for owner, name, original in reversed(saved):
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
 
 
 @contextlib.contextmanager
 def export_patches(model: Any, inputs: Any = None) -> Iterator[list[str]]:
-    """While the block runs, the patches ``model`` needs are in place; yields their names
-    (``LlavaModel.get_image_features``) and restores every attribute on exit."""
-    patches = applicable_patches(model, inputs)
-    saved = [(cls, name, cls.__dict__.get(name)) for cls, name, _ in patches]
-    try:
-        for cls, name, replacement in patches:
-            setattr(cls, name, replacement)
-        yield [f"{cls.__name__.rsplit('.', 1)[-1]}.{name}" for cls, name, _ in patches]
-    finally:
-        for cls, name, original in saved:
-            if original is None:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, original)
+    """While the block runs, the patches ``model`` needs are in place (``inputs``: the
+    export sample); yields their names and restores every attribute on exit."""
+    with _patched(applicable_patches(model, inputs)) as names:
+        yield names
+
+
+@contextlib.contextmanager
+def state_outputs_recomputed(model: Any) -> Iterator[list[str]]:
+    """While the block runs, outputs that echo model state (``rope_deltas``) are computed
+    from the inputs as in the exported graph. The unseen-shape probe runs torch so: its
+    made-up positions have no state generate() set; every other output is torch's own, and
+    the replay of each observed call checks these outputs against the unpatched model."""
+    patches = rope_deltas_patches(model) if isinstance(model, torch.nn.Module) else []
+    with _patched(patches) as names:
+        yield names

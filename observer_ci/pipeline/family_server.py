@@ -153,8 +153,6 @@ def stand_in_failures(graph: GraphResult, served: dict[int, ObservationResult]) 
     return []
 
 
-
-
 class FamilyServer:
     """Exports one graph per call family, replays its calls on it, probes it."""
 

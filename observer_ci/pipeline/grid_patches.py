@@ -15,6 +15,13 @@ the number of images staying dynamic:
   over all tokens with a block-diagonal additive mask (masked weights are exactly 0);
 - features by image, concatenated right after: one piece (the same tensor).
 
+The M-RoPE offsets (``rope_deltas``) are state: generate() computes them before the
+first step and sets them on the model, whose forward returns them as they are (a constant
+of the sample in a graph). Where generate() passed the positions (``position_ids`` of 4
+rows: text, then temporal, height, width) and a 2-D ``attention_mask``, the returned
+offsets are recomputed from them, prefill and decode alike: ``max(3-D positions) + 1 -
+tokens attended`` (transformers' own formula; 0 for text-only positions).
+
 Each patch is found by the code it replaces, not by a model name.
 """
 
@@ -32,6 +39,7 @@ GRID_CALLS = ("get_vision_position_ids(grid_thw", "get_vision_cu_seqlens(grid_th
 SPLIT_BY_LENGTHS = "lengths.tolist()"
 FEATURES_SPLIT_BY_GRID = "torch.split(vision_outputs.pooler_output, split_sizes)"
 GRID_INPUT = "image_grid_thw"
+STATE_DELTAS = "rope_deltas=self.rope_deltas"
 PRECOMPUTED = ("image_", "video_")  # transformers' precomputed kwargs: left to the original
 
 
@@ -145,6 +153,32 @@ def _features_in_one_piece(original: Callable) -> Callable:
         return outputs
 
     return get_image_features
+
+
+def _deltas_from_positions(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outputs = original(self, *args, **kwargs)
+        positions, mask = kwargs.get("position_ids"), kwargs.get("attention_mask")
+        given = getattr(outputs, "rope_deltas", None)
+        if not all(isinstance(t, torch.Tensor) for t in (positions, mask, given)):
+            return outputs
+        if positions.ndim != 3 or positions.shape[0] != 4 or mask.ndim != 2:
+            return outputs
+        attended = mask.to(torch.int64).sum(-1)
+        deltas = positions[1:].amax(dim=(0, 2)).to(torch.int64) + 1 - attended
+        outputs.rope_deltas = deltas.unsqueeze(1).to(given.dtype)
+        return outputs
+
+    return forward
+
+
+def rope_deltas_patches(model: torch.nn.Module) -> list[tuple[Any, str, Callable]]:
+    """The forward returning the ``rope_deltas`` state, recomputed from the positions."""
+    return [
+        (cls, "forward", _deltas_from_positions(cls.forward))
+        for cls in _classes(model, "forward", STATE_DELTAS)
+    ]
 
 
 def _classes(model: torch.nn.Module, method: str, *texts: str) -> list[type]:
