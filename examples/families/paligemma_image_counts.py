@@ -67,9 +67,11 @@ with torch.no_grad(), observer_ci.observe(model, name="paligemma_varied", store_
         generate(**kwargs)
 
 two = inputs(2, 2, 4)
-missing = dict(pixel_values=torch.zeros_like(two["pixel_values"]), token_type_ids=two["token_type_ids"])
-with (
-    torch.no_grad(),
-    observer_ci.observe(model, name="paligemma_two_images_missing", missing=missing, store_n_calls=3),
-):
+missing = dict(
+    pixel_values=torch.zeros_like(two["pixel_values"]), token_type_ids=two["token_type_ids"]
+)
+observed = observer_ci.observe(
+    model, name="paligemma_two_images_missing", missing=missing, store_n_calls=3
+)
+with torch.no_grad(), observed:
     generate(**two)

@@ -82,8 +82,8 @@ with torch.no_grad(), observer_ci.observe(model, name="qwen2_vl_varied", store_n
 
 two = inputs(2, 2, 4)
 missing = dict(pixel_values=torch.zeros_like(two["pixel_values"]))
-with (
-    torch.no_grad(),
-    observer_ci.observe(model, name="qwen2_vl_two_images_missing", missing=missing, store_n_calls=3),
-):
+observed = observer_ci.observe(
+    model, name="qwen2_vl_two_images_missing", missing=missing, store_n_calls=3
+)
+with torch.no_grad(), observed:
     generate(**two)

@@ -73,8 +73,8 @@ with torch.no_grad(), observer_ci.observe(model, name="smolvlm_varied", store_n_
 
 two = inputs([2, 2], 4)
 missing = {k: torch.zeros_like(two[k]) for k in ("pixel_values", "pixel_attention_mask")}
-with (
-    torch.no_grad(),
-    observer_ci.observe(model, name="smolvlm_two_images_missing", missing=missing, store_n_calls=3),
-):
+observed = observer_ci.observe(
+    model, name="smolvlm_two_images_missing", missing=missing, store_n_calls=3
+)
+with torch.no_grad(), observed:
     generate(**two)

@@ -24,6 +24,7 @@ import torch
 from observer_ci.pipeline.grid_patches import code_of, grid_patches, rope_deltas_patches
 
 LIST_OF_IMAGES = "image_features = list(image_features)"
+MASK_OF_ONES_DROPPED = "torch.all(attention_mask == 1)"
 
 
 def _one_image_of_all_patches(module: Any, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -57,6 +58,27 @@ def _list_of_images_classes(model: torch.nn.Module) -> list[type]:
     return classes
 
 
+def _mamba_mask_kept(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _update_mamba_mask(self: Any, attention_mask: Any, past_key_values: Any) -> Any:
+        has_previous_state = getattr(past_key_values, "has_previous_state", None)
+        if attention_mask is None or not callable(has_previous_state):
+            return original(self, attention_mask, past_key_values)
+        return None if has_previous_state() else attention_mask
+
+    return _update_mamba_mask
+
+
+def _mamba_mask_classes(model: torch.nn.Module) -> list[type]:
+    classes = []
+    for module in model.modules():
+        cls = type(module)
+        method = getattr(cls, "_update_mamba_mask", None)
+        if method is not None and cls not in classes and MASK_OF_ONES_DROPPED in code_of(method):
+            classes.append(cls)
+    return classes
+
+
 def applicable_patches(model: Any, inputs: Any = None) -> list[tuple[Any, str, Callable]]:
     """``(owner, attribute, replacement)`` for every patch the model's code needs; the owner
     is a class or a module. ``inputs`` (``(args, kwargs)``) is the export sample."""
@@ -65,6 +87,10 @@ def applicable_patches(model: Any, inputs: Any = None) -> list[tuple[Any, str, C
     patches: list[tuple[Any, str, Callable]] = [
         (cls, "get_image_features", _get_image_features_as_one_list(cls.get_image_features))
         for cls in _list_of_images_classes(model)
+    ]
+    patches += [
+        (cls, "_update_mamba_mask", _mamba_mask_kept(cls._update_mamba_mask))
+        for cls in _mamba_mask_classes(model)
     ]
     return patches + grid_patches(model, inputs) + rope_deltas_patches(model)
 
