@@ -12,7 +12,7 @@ pytest.importorskip("transformers", reason="optional extra 'transformers' is not
 from observer_ci.pipeline.scripts import run_scripts  # noqa: E402
 from tests.support.families import FAMILIES, FAST, assert_prefill_and_decode  # noqa: E402
 
-IMAGE_INPUTS = ["pixel_values", "token_type_ids"]
+IMAGE_INPUTS = ["pixel_values"]  # token_type_ids: every step passes it
 
 
 @pytest.fixture(scope="module")
