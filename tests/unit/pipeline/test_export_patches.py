@@ -97,3 +97,20 @@ def test_vision_attention_by_frame_as_one_matches_the_split_attention():
         expected = attention(hidden, cu_seqlens=cu_seqlens, position_embeddings=embeddings)
         got = patched(attention, hidden, cu_seqlens, embeddings)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_every_translation_and_patch_is_listed_in_the_readme():
+    from pathlib import Path
+
+    from observer_ci.pipeline.onnx_translations import translated_op_names
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    for name in translated_op_names():
+        assert f"`{name}`" in readme
+    for construct in (
+        "list(image_features)",
+        "_update_mamba_mask",
+        "image_grid_thw",
+        "rope_deltas",
+    ):
+        assert construct in readme
