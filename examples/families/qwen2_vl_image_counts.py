@@ -1,7 +1,7 @@
 """Observation script: Qwen2-VL ``generate()`` as users vary it, in one observation: 1 and
 2 images per prompt (one resolution), batch 1 and 2, prompt lengths, ``mm_token_type_ids``
 given as the processor returns it (3-D M-RoPE positions, computed by generate()); then 2
-images each with ``missing=``.
+images each with ``missing=``; then images of two resolutions in left-padded prompts.
 """
 
 import torch
@@ -47,28 +47,43 @@ TOKENS_PER_IMAGE = GRID_ROW[0] * GRID_ROW[1] * GRID_ROW[2] // MERGE**2
 PATCH_DIM = 3 * TEMPORAL * PATCH**2
 
 
-def inputs(batch: int, images: int, prompt: int) -> dict:
-    """``images`` images per prompt, each between vision start and end tokens."""
+def prompts(grids: list[list[tuple[int, int, int]]], prompt: int) -> dict:
+    """One prompt per entry of ``grids`` with one image per grid row, each between vision
+    start and end tokens, left-padded to the longest prompt."""
     rows, types = [], []
-    for _ in range(batch):
+    for images in grids:
         parts, kinds = [torch.randint(3, 96, (1,))], [torch.zeros(1)]
-        for _ in range(images):
-            parts += [torch.tensor([VISION_START]), torch.full((TOKENS_PER_IMAGE,), IMAGE_TOKEN)]
+        for t, h, w in images:
+            tokens = t * h * w // MERGE**2
+            parts += [torch.tensor([VISION_START]), torch.full((tokens,), IMAGE_TOKEN)]
             parts.append(torch.tensor([VISION_END]))
-            kinds += [torch.zeros(1), torch.ones(TOKENS_PER_IMAGE), torch.zeros(1)]
+            kinds += [torch.zeros(1), torch.ones(tokens), torch.zeros(1)]
         parts.append(torch.randint(3, 96, (prompt - 1,)))
         kinds.append(torch.zeros(prompt - 1))
         rows.append(torch.cat(parts))
         types.append(torch.cat(kinds).int())
-    input_ids = torch.stack(rows)
-    grid = torch.tensor([GRID_ROW] * (batch * images))
+    longest = max(len(r) for r in rows)
+    pad = [longest - len(r) for r in rows]
+    input_ids = torch.stack(
+        [torch.cat([torch.zeros(n, dtype=torch.long), r]) for n, r in zip(pad, rows)]
+    )
+    mask = torch.stack([torch.arange(longest) >= n for n in pad]).long()
+    token_types = torch.stack(
+        [torch.cat([torch.zeros(n, dtype=torch.int), t]) for n, t in zip(pad, types)]
+    )
+    grid = torch.tensor([row for images in grids for row in images])
     return dict(
         input_ids=input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        mm_token_type_ids=torch.stack(types),
+        attention_mask=mask,
+        mm_token_type_ids=token_types,
         pixel_values=torch.randn(int(grid.prod(-1).sum()), PATCH_DIM),
         image_grid_thw=grid,
     )
+
+
+def inputs(batch: int, images: int, prompt: int) -> dict:
+    """``batch`` prompts of ``images`` images each, all of one resolution."""
+    return prompts([[GRID_ROW] * images] * batch, prompt)
 
 
 def generate(**kwargs) -> None:
@@ -87,3 +102,8 @@ observed = observer_ci.observe(
 )
 with torch.no_grad(), observed:
     generate(**two)
+
+# images of two resolutions (4 x 4 and 4 x 8 patches), 2 and 1 per prompt, left-padded
+mixed = prompts([[GRID_ROW, (1, 4, 8)], [(1, 4, 8)]], 3)
+with torch.no_grad(), observer_ci.observe(model, name="qwen2_vl_two_resolutions", store_n_calls=3):
+    generate(**mixed)

@@ -5,14 +5,15 @@
 The vision tower reads each image's ``(t, h, w)`` row with ``.tolist()`` to build its
 rotary positions and ``cu_seqlens`` (the image boundaries), splits its attention by image
 with ``torch.split(..., lengths.tolist())`` and the merged features by image. torch.export
-records shapes, not values. Images of one resolution share one row: specialised to the
-row of the export sample (every row equal), the same results come from the token index,
-the number of images staying dynamic:
+records shapes, not values. The grid is specialised to the export sample's *pattern*: its
+one row when every image has the same resolution (the number of images then stays
+dynamic: the pattern repeats), all its rows otherwise (that grid only). The same results
+then come from the token index:
 
-- rotary positions: the row's pattern (computed by transformers' own function, before
-  the export) indexed by ``token % (t * h * w)``; ``cu_seqlens``: ``k * h * w``;
-- attention by image (each frame of ``h * w`` tokens attends to itself): one attention
-  over all tokens with a block-diagonal additive mask (masked weights are exactly 0);
+- rotary positions: the pattern's positions (computed by transformers' own function,
+  before the export) indexed by ``token % pattern tokens``; ``cu_seqlens`` likewise;
+- attention by frame (each frame of ``h * w`` tokens attends to itself): one attention over
+  all tokens with a block-diagonal additive mask (masked weights are exactly 0);
 - features by image, concatenated right after: one piece (the same tensor).
 
 The M-RoPE offsets (``rope_deltas``) are state: generate() computes them before the
@@ -51,9 +52,9 @@ def code_of(function: Callable) -> str:
         return ""
 
 
-def sample_grid_row(inputs: Any) -> tuple[int, int, int] | None:
-    """The one ``(t, h, w)`` row of the export sample's ``image_grid_thw``, if all rows
-    are equal (images of one resolution); None otherwise."""
+def sample_grid_rows(inputs: Any) -> list[tuple[int, int, int]] | None:
+    """The pattern of the export sample's ``image_grid_thw``: its one ``(t, h, w)`` row
+    when all rows are equal (one resolution), else every row; None without a grid."""
     if not isinstance(inputs, tuple) or len(inputs) != 2:
         return None
     grid = (inputs[1] or {}).get(GRID_INPUT)
@@ -61,50 +62,65 @@ def sample_grid_row(inputs: Any) -> tuple[int, int, int] | None:
         return None
     if grid.is_floating_point() or grid.shape[0] == 0:
         return None
-    rows = {tuple(int(v) for v in row) for row in grid.tolist()}
-    if len(rows) != 1:
-        return None
-    t, h, w = rows.pop()
-    return t, h, w
+    rows = [(int(t), int(h), int(w)) for t, h, w in grid.tolist()]
+    return rows[:1] if len(set(rows)) == 1 else rows
+
+
+def _frames(rows: list[tuple[int, int, int]]) -> torch.Tensor:
+    """The frame of each token of the pattern (an image has ``t`` frames of ``h * w``)."""
+    sizes = [h * w for t, h, w in rows for _ in range(t)]
+    return torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
 
 
 def _namespace(cls: type) -> dict[str, Any]:
     return vars(sys.modules[cls.__module__])
 
 
-def _row_positions(model: torch.nn.Module, towers: list[type], row: tuple[int, ...]) -> dict:
-    """``{spatial_merge_size: positions of one image}`` by transformers' own function, on
-    real tensors before the export (in the trace the row's values would be symbols)."""
+def _pattern_positions(model: torch.nn.Module, towers: list[type], rows: list) -> dict:
+    """``{spatial_merge_size: positions of the pattern}`` by transformers' own function, on
+    real tensors before the export (in the trace the grid's values would be symbols)."""
     positions: dict[int, torch.Tensor] = {}
     for module in model.modules():
         merge = getattr(module, "spatial_merge_size", None)
         if type(module) in towers and isinstance(merge, int) and merge not in positions:
             compute = _namespace(type(module)).get("get_vision_position_ids")
             if callable(compute):
-                positions[merge] = compute(torch.tensor([row]), merge)
+                positions[merge] = compute(torch.tensor(rows), merge)
     return positions
 
 
+def _in_pattern(tokens: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+    """Each token's entry of the pattern, the pattern repeating (one per image)."""
+    return pattern.to(tokens.device)[tokens % pattern.shape[0]]
+
+
 def _positions_from_token_index(
-    original: Callable, row: tuple[int, int, int], by_merge: dict[int, torch.Tensor]
+    original: Callable, rows: list, by_merge: dict[int, torch.Tensor]
 ) -> Callable:
+    frames = _frames(rows)
+    bounds = torch.nn.functional.pad(torch.bincount(frames).cumsum(0), (1, 0)).to(torch.int32)
+
     @functools.wraps(original)
     def forward(self: Any, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any):
         positions = by_merge.get(getattr(self, "spatial_merge_size", None))  # type: ignore[arg-type]
         if positions is None or "position_ids" in kwargs or "cu_seqlens" in kwargs:
             return original(self, hidden_states, grid_thw, **kwargs)
-        t, h, w = row
-        tokens = torch.arange(hidden_states.shape[0], device=hidden_states.device)
-        kwargs["position_ids"] = positions.to(hidden_states.device)[tokens % (t * h * w)]
-        frames = hidden_states.shape[0] // (h * w)
-        bounds = torch.arange(frames + 1, device=hidden_states.device, dtype=torch.int32)
-        kwargs["cu_seqlens"] = bounds * (h * w)
+        device = hidden_states.device
+        tokens = torch.arange(hidden_states.shape[0], device=device)
+        kwargs["position_ids"] = _in_pattern(tokens, positions)
+        repeats = hidden_states.shape[0] // frames.shape[0]  # the pattern's repeats (images)
+        total = int(bounds[-1])
+        steps = torch.arange(repeats + 1, device=device, dtype=torch.int32) * total
+        starts = (steps[:-1, None] + bounds[:-1].to(device)[None, :]).flatten()
+        kwargs["cu_seqlens"] = torch.cat([starts, steps[-1:]])
         return original(self, hidden_states, grid_thw, **kwargs)
 
     return forward
 
 
-def _attention_by_frame_as_one(original: Callable, frame: int) -> Callable:
+def _attention_by_frame_as_one(original: Callable, frames: torch.Tensor) -> Callable:
+    count = int(frames.max()) + 1  # frames in one pattern
+
     @functools.wraps(original)
     def forward(
         self: Any,
@@ -122,8 +138,9 @@ def _attention_by_frame_as_one(original: Callable, frame: int) -> Callable:
         query, key, value = qkv.permute(1, 0, 2, 3).unbind(0)
         query, key = names["apply_rotary_pos_emb_vision"](query, key, *position_embeddings)
         query, key, value = (x.transpose(0, 1).unsqueeze(0) for x in (query, key, value))
-        image = torch.arange(length, device=hidden_states.device) // frame
-        same = image[:, None] == image[None, :]
+        tokens = torch.arange(length, device=hidden_states.device)
+        frame = (tokens // frames.shape[0]) * count + _in_pattern(tokens, frames)
+        same = frame[:, None] == frame[None, :]
         lowest = torch.finfo(query.dtype).min
         mask = torch.zeros(same.shape, dtype=query.dtype, device=query.device)
         mask = mask.masked_fill(~same, lowest)[None, None]
@@ -193,22 +210,20 @@ def _classes(model: torch.nn.Module, method: str, *texts: str) -> list[type]:
 
 def grid_patches(model: torch.nn.Module, inputs: Any) -> list[tuple[Any, str, Callable]]:
     """``(class, attribute, replacement)`` for a vision tower sized by the values of the
-    sample's image grid, when every image of the sample has the same grid row."""
-    row = sample_grid_row(inputs)
-    if row is None:
+    export sample's image grid, specialised to its pattern (see the module docstring)."""
+    rows = sample_grid_rows(inputs)
+    if rows is None:
         return []
     towers = _classes(model, "forward", *GRID_CALLS)
-    if not towers:
-        return []
-    by_merge = _row_positions(model, towers, row)
+    by_merge = _pattern_positions(model, towers, rows) if towers else {}
     if not by_merge:
         return []
-    _, h, w = row
+    frames = _frames(rows)
     patches: list[tuple[Any, str, Callable]] = [
-        (cls, "forward", _positions_from_token_index(cls.forward, row, by_merge)) for cls in towers
+        (cls, "forward", _positions_from_token_index(cls.forward, rows, by_merge)) for cls in towers
     ]
     for cls in _classes(model, "forward", SPLIT_BY_LENGTHS, "torch.split("):
-        patches.append((cls, "forward", _attention_by_frame_as_one(cls.forward, h * w)))
+        patches.append((cls, "forward", _attention_by_frame_as_one(cls.forward, frames)))
     for cls in _classes(model, "get_image_features", FEATURES_SPLIT_BY_GRID):
         patches.append((cls, "get_image_features", _features_in_one_piece(cls.get_image_features)))
     return patches

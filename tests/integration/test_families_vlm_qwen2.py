@@ -2,8 +2,8 @@
 with the grid export patches (``image_grid_thw`` specialised to its one row, the number
 of images dynamic) and the ``rope_deltas`` state recomputed from the positions; batch 1
 and 2, 1 and 2 images, prompt lengths, 3-D positions from ``mm_token_type_ids``, with and
-without ``missing=``; the language model observed alone stays the next step for images
-of several resolutions."""
+without ``missing=``, images of two resolutions in left-padded prompts; and the language
+model observed alone."""
 
 from dataclasses import replace
 
@@ -67,3 +67,11 @@ def test_qwen2_vl_two_images_each_with_missing(models):
     prefill, decode = assert_prefill_and_decode(model, IMAGE_INPUTS)
     assert prefill.export.input_dims["image_grid_thw"] == [4, 3]
     assert "missing=" in decode.reason
+
+
+def test_qwen2_vl_two_resolutions_padded_prompts(models):
+    """Grid rows that differ: the graph is specialised to the sample's whole grid."""
+    model = models["qwen2_vl_two_resolutions"]
+    prefill, _ = assert_prefill_and_decode(model, IMAGE_INPUTS)
+    assert prefill.export.input_dims["image_grid_thw"] == [3, 3]
+    assert _patched(model)

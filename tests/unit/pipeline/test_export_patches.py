@@ -6,7 +6,7 @@ import torch
 
 from observer_ci.pipeline import onnx_translations
 from observer_ci.pipeline.export_patches import applicable_patches, export_patches
-from observer_ci.pipeline.grid_patches import _attention_by_frame_as_one, sample_grid_row
+from observer_ci.pipeline.grid_patches import _attention_by_frame_as_one, _frames, sample_grid_rows
 
 
 class Dangling(torch.nn.Module):
@@ -38,14 +38,14 @@ def test_dead_checks_removed_only_while_the_block_runs():
 @pytest.mark.parametrize(
     ("grid", "row"),
     [
-        (torch.tensor([[1, 4, 4], [1, 4, 4]]), (1, 4, 4)),
-        (torch.tensor([[1, 4, 4], [1, 4, 8]]), None),  # two resolutions: not specialised
+        (torch.tensor([[1, 4, 4], [1, 4, 4]]), [(1, 4, 4)]),  # one row, repeated per image
+        (torch.tensor([[1, 4, 4], [1, 4, 8]]), [(1, 4, 4), (1, 4, 8)]),  # this grid only
         (torch.tensor([[1.0, 4.0, 4.0]]), None),
         (None, None),
     ],
 )
-def test_sample_grid_row(grid, row):
-    assert sample_grid_row(((), {"image_grid_thw": grid})) == row
+def test_sample_grid_rows(grid, row):
+    assert sample_grid_rows(((), {"image_grid_thw": grid})) == row
 
 
 class FakeCache:
@@ -87,16 +87,19 @@ def test_vision_attention_by_frame_as_one_matches_the_split_attention():
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     attention = qwen.VisionAttention(config).eval()
-    frame, images = 16, 3
-    hidden = torch.randn(frame * images, 16)
-    angles = torch.randn(frame * images, 4)  # half the head dim (16 / 2 heads)
-    embeddings = (torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin())
-    cu_seqlens = torch.arange(images + 1, dtype=torch.int32) * frame
-    patched = _attention_by_frame_as_one(qwen.VisionAttention.forward, frame)
-    with torch.no_grad():
-        expected = attention(hidden, cu_seqlens=cu_seqlens, position_embeddings=embeddings)
-        got = patched(attention, hidden, cu_seqlens, embeddings)
-    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+    for rows, images in (([(1, 4, 4)], 3), ([(1, 4, 4), (2, 2, 4)], 1)):  # one row, two rows
+        frames = _frames(rows)
+        length = frames.shape[0] * images
+        hidden = torch.randn(length, 16)
+        angles = torch.randn(length, 4)  # half the head dim (16 / 2 heads)
+        embeddings = (torch.cat([angles] * 2, -1).cos(), torch.cat([angles] * 2, -1).sin())
+        sizes = torch.bincount(frames).repeat(images)
+        cu_seqlens = torch.nn.functional.pad(sizes.cumsum(0), (1, 0)).int()
+        patched = _attention_by_frame_as_one(qwen.VisionAttention.forward, frames)
+        with torch.no_grad():
+            expected = attention(hidden, cu_seqlens=cu_seqlens, position_embeddings=embeddings)
+            got = patched(attention, hidden, cu_seqlens, embeddings)
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
 
 
 def test_every_translation_and_patch_is_listed_in_the_readme():
