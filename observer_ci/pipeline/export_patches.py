@@ -10,6 +10,21 @@ discrepancy. Each patch is found by what it fixes, not by a model name:
   images) was baked into the graph. While exporting, the projector's output is seen as one
   image of all the patches (``(1, images * patches, hidden)``): ``torch.cat`` of that
   one-element list is the same tensor as ``torch.cat`` of one element per image.
+- ``torch.all(attention_mask == 1)`` in ``_update_mamba_mask`` (Jamba, Bamba, Falcon-H1,
+  Granite-MoE-hybrid, Nemotron-H, Qwen3-Next, ...: hybrid attention + state-space models):
+  a Python branch on the mask's values, dropping a mask of ones. While exporting the mask
+  is kept whenever the cache has no previous state: the state-space layers multiply their
+  inputs by it, and multiplying by ones is exact, so both branches give the same numbers.
+- The values of ``image_grid_thw`` (Qwen2-VL: one ``(t, h, w)`` row per image) size the
+  vision tower's tensors (``.tolist()`` in ``get_vision_position_ids``, ``cu_seqlens``,
+  the split of the attention by image and of the features by image). While exporting
+  (:mod:`observer_ci.pipeline.grid_patches`) the grid is specialised to the sample's: its
+  one row when every image has one resolution (the number of images stays dynamic), its
+  rows otherwise; positions and image boundaries come from the token index, the attention
+  by image is one attention with a block-diagonal mask, the features stay in one piece.
+  Calls with another grid fail their replay (said so), never silently. The
+  ``rope_deltas`` the forward returns (state set by generate()) are recomputed from the
+  positions generate() passes.
 """
 
 from __future__ import annotations
