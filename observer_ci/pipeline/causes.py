@@ -400,12 +400,20 @@ def _constraint(text: str, exc: BaseException, observer: Any) -> Cause | None:
             + (f" (observed sizes {', '.join(map(str, seen))})" if seen else "")
             + ", but"
         )
+    step = (
+        f"find the code that compares {leaf}.shape[{dim}] with a constant or builds a fixed "
+        "shape from it and derive it from the input instead; if the size is really fixed, "
+        "observe calls with that one size"
+    )
+    if dim == 0 and len(seen) == 1:  # only set_batch_dimension_for marks such a dim 0
+        step += (
+            f"; if dim 0 of {leaf} is not a batch (Qwen2-VL's position_ids: 4 rows), leave "
+            f"{leaf} out of set_batch_dimension_for (name the inputs that carry the batch)"
+        )
     return Cause(
         CONSTRAINT_VIOLATION,
         f"input {leaf} dim {dim} {marked} the model code fixes it to {size} while tracing",
-        f"find the code that compares {leaf}.shape[{dim}] with a constant or builds a fixed "
-        "shape from it and derive it from the input instead; if the size is really fixed, "
-        "observe calls with that one size",
+        step,
     )
 
 

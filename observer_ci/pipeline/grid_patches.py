@@ -99,6 +99,7 @@ def _positions_from_token_index(
 ) -> Callable:
     frames = _frames(rows)
     bounds = torch.nn.functional.pad(torch.bincount(frames).cumsum(0), (1, 0)).to(torch.int32)
+    total = int(bounds[-1])  # tokens in one pattern: a Python int, read before the trace
 
     @functools.wraps(original)
     def forward(self: Any, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any):
@@ -109,7 +110,6 @@ def _positions_from_token_index(
         tokens = torch.arange(hidden_states.shape[0], device=device)
         kwargs["position_ids"] = _in_pattern(tokens, positions)
         repeats = hidden_states.shape[0] // frames.shape[0]  # the pattern's repeats (images)
-        total = int(bounds[-1])
         steps = torch.arange(repeats + 1, device=device, dtype=torch.int32) * total
         starts = (steps[:-1, None] + bounds[:-1].to(device)[None, :]).flatten()
         kwargs["cu_seqlens"] = torch.cat([starts, steps[-1:]])
