@@ -205,7 +205,8 @@ def _image_grid_values(text: str, exc: BaseException, observer: Any) -> Cause | 
         "transformers' vision position ids and 3-D RoPE index) and the token layout of the "
         "prompt to size its tensors: torch.export records shapes, not values, so the image "
         "prefill has no graph (the decode steps export; observer-ci's export patches cover "
-        "the vision tower, not the 3-D RoPE index when generate() does not pass positions)",
+        "Qwen2-VL's vision tower, not window attention (Qwen2.5-VL) nor the 3-D RoPE index "
+        "when generate() does not pass positions)",
         "observe the language model the multimodal model calls, around the same "
         "generate(): `observer_ci.observe(model.model.language_model, name=...)`; it takes "
         "the `inputs_embeds` and 3-D `position_ids` the vision code computed in torch and "

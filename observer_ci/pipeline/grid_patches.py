@@ -23,7 +23,8 @@ rows: text, then temporal, height, width) and a 2-D ``attention_mask``, the retu
 offsets are recomputed from them, prefill and decode alike: ``max(3-D positions) + 1 -
 tokens attended`` (transformers' own formula; 0 for text-only positions).
 
-Each patch is found by the code it replaces, not by a model name.
+Each patch is found by the code it replaces, not by a model name. A tower with window
+attention (Qwen2.5-VL's ``get_vision_window_index``) is left as is.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ GRID_CALLS = ("get_vision_position_ids(grid_thw", "get_vision_cu_seqlens(grid_th
 SPLIT_BY_LENGTHS = "lengths.tolist()"
 FEATURES_SPLIT_BY_GRID = "torch.split(vision_outputs.pooler_output, split_sizes)"
 GRID_INPUT = "image_grid_thw"
+# window attention (Qwen2.5-VL): some layers attend within windows, not frames: no patch,
+# the export fails with the cause naming image_grid_thw (never a silently other graph)
+WINDOWED = "get_vision_window_index("
 STATE_DELTAS = "rope_deltas=self.rope_deltas"
 PRECOMPUTED = ("image_", "video_")  # transformers' precomputed kwargs: left to the original
 
@@ -214,7 +218,9 @@ def grid_patches(model: torch.nn.Module, inputs: Any) -> list[tuple[Any, str, Ca
     rows = sample_grid_rows(inputs)
     if rows is None:
         return []
-    towers = _classes(model, "forward", *GRID_CALLS)
+    towers = [
+        c for c in _classes(model, "forward", *GRID_CALLS) if WINDOWED not in code_of(c.forward)
+    ]
     by_merge = _pattern_positions(model, towers, rows) if towers else {}
     if not by_merge:
         return []
