@@ -64,13 +64,14 @@ generate = dict(
     min_new_tokens=4,
     do_sample=False,
 )
-# The whole model: the decode steps export (decoder_with_past_model); the image prefill
-# cannot (its vision code sizes tensors from the values of image_grid_thw): the row says
-# so and what to do instead, which is the second observation.
+# The whole model: the image prefill (decoder_model) exports with observer-ci's grid
+# patches (its vision code sizes tensors from the values of image_grid_thw: specialised to
+# the one row of these images, the image count dynamic), the decode steps as they are.
 with torch.no_grad(), observer_ci.observe(model, name="qwen2_vl_image_text", store_n_calls=4):
     model.generate(input_ids, **generate)
 # The language model it calls, fed inputs_embeds and the 3-D positions computed in torch:
-# one graph for the prefill and the decode steps.
+# one graph for the prefill and the decode steps (the way out for images of several
+# resolutions in one call, which the grid patches do not cover).
 language_model = model.model.language_model
 with torch.no_grad(), observer_ci.observe(language_model, name="qwen2_vl_language_model"):
     model.generate(input_ids, **generate)

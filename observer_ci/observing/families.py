@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from observer_ci.core.cache_inputs import is_cache_input
+from observer_ci.core.cache_inputs import is_cache_input, is_media_input
 from observer_ci.core.errors import listed
 from observer_ci.observing.alignment import has_empty_form
 from observer_ci.observing.observer import InputObserver
@@ -46,14 +46,16 @@ def stand_ins(
 
     A value from ``missing=`` stands in for an input the call did not pass as well (the
     reference's meaning: it shapes the export, the model never ran on it): empty where
-    it is 0-length on a dim past the batch, made up otherwise.
+    it is 0-length on a dim past the batch, made up otherwise. An absent media input
+    (``pixel_values``: :func:`is_media_input`) is never empty: the model branches on it.
     """
     names = observer.leaf_names()
     fed = set(observer.fed_missing(index))
     empty, made_up = [], []
     for name, t, dims in zip(names, observer.aligned_inputs(index), dynamic):
         if t is None:
-            (empty if has_empty_form(dims) else made_up).append(name)
+            honest = has_empty_form(dims) and not is_media_input(name)
+            (empty if honest else made_up).append(name)
         elif name in fed:
             is_empty = any(t.shape[d] == 0 for d in dims if d > 0)
             (empty if is_empty else made_up).append(name)

@@ -205,7 +205,9 @@ def _image_grid_values(text: str, exc: BaseException, observer: Any) -> Cause | 
         f"the vision code reads the values of {grid} (`.tolist()` / `.item()` in "
         "transformers' vision position ids and 3-D RoPE index) and the token layout of the "
         "prompt to size its tensors: torch.export records shapes, not values, so the image "
-        "prefill has no graph (the decode steps export)",
+        "prefill has no graph (the decode steps export; observer-ci's export patches cover "
+        "Qwen2-VL's vision tower, not window attention (Qwen2.5-VL) nor the 3-D RoPE index "
+        "when generate() does not pass positions)",
         "observe the language model the multimodal model calls, around the same "
         "generate(): `observer_ci.observe(model.model.language_model, name=...)`; it takes "
         "the `inputs_embeds` and 3-D `position_ids` the vision code computed in torch and "
@@ -400,12 +402,20 @@ def _constraint(text: str, exc: BaseException, observer: Any) -> Cause | None:
             + (f" (observed sizes {', '.join(map(str, seen))})" if seen else "")
             + ", but"
         )
+    step = (
+        f"find the code that compares {leaf}.shape[{dim}] with a constant or builds a fixed "
+        "shape from it and derive it from the input instead; if the size is really fixed, "
+        "observe calls with that one size"
+    )
+    if dim == 0 and len(seen) == 1:  # only set_batch_dimension_for marks such a dim 0
+        step += (
+            f"; if dim 0 of {leaf} is not a batch (Qwen2-VL's position_ids: 4 rows), leave "
+            f"{leaf} out of set_batch_dimension_for (name the inputs that carry the batch)"
+        )
     return Cause(
         CONSTRAINT_VIOLATION,
         f"input {leaf} dim {dim} {marked} the model code fixes it to {size} while tracing",
-        f"find the code that compares {leaf}.shape[{dim}] with a constant or builds a fixed "
-        "shape from it and derive it from the input instead; if the size is really fixed, "
-        "observe calls with that one size",
+        step,
     )
 
 

@@ -162,7 +162,7 @@ def _export_one(
         contextlib.redirect_stdout(sink),
         torch.no_grad(),
         keyword_arguments_kept_bound(),
-        export_patches(module) as applied,
+        export_patches(module, inputs) as applied,
     ):
         if patched is not None:
             patched.extend(applied)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from observer_ci.core.cache_inputs import is_media_input
 from observer_ci.core.constants import DEFAULT_OPSET
 from observer_ci.core.errors import error_tail
 from observer_ci.core.results import (
@@ -188,10 +189,6 @@ def stand_in_failures(graph: GraphResult, served: dict[int, ObservationResult]) 
     if failed and any(r.success for r in served.values()):
         return failed
     return []
-
-
-# inputs of a vision-language prefill that its decode steps never take (no merged decoder)
-MEDIA_INPUT_MARKERS = ("pixel", "image", "video", "audio", "input_features")
 
 
 class FamilyServer:
@@ -579,7 +576,7 @@ class FamilyServer:
         if not all(g.export is not None and g.export.ok for g in (past, first)):
             return None
         only_first = set(first.export.input_names) - set(past.export.input_names)
-        if any(marker in name for name in only_first for marker in MEDIA_INPUT_MARKERS):
+        if any(is_media_input(name) for name in only_first):
             return None  # a prefill taking image inputs the decode steps never pass
         from observer_ci.pipeline.diff import flatten_outputs, max_diff
         from observer_ci.pipeline.export import describe_onnx

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from observer_ci.pipeline.onnx_translations import translation_table
+from observer_ci.pipeline.onnx_translations import dead_checks_removed, translation_table
 
 _RENAME_GIVEN_UP = ".*different number of inputs than the flatten dynamic_shapes"
 
@@ -59,15 +59,16 @@ def onnx_export(
             verbose=False,
         )
     export_shapes, need_axis_mapping = _dynamic_shapes.convert_str_to_export_dim(dynamic_shapes)
-    program = _core.export(
-        module,
-        args,
-        kwargs,
-        registry=registry,
-        dynamic_shapes=export_shapes,
-        verbose=False,
-        opset_version=opset,
-    )
+    with dead_checks_removed():
+        program = _core.export(
+            module,
+            args,
+            kwargs,
+            registry=registry,
+            dynamic_shapes=export_shapes,
+            verbose=False,
+            opset_version=opset,
+        )
     if need_axis_mapping and dynamic_shapes is not None:
         with warnings.catch_warnings():
             # torch gives up renaming when a constant argument (``logits_to_keep``) has an

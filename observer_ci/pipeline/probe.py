@@ -5,6 +5,9 @@ Sizes are chosen by plans tried in order until torch eager accepts the inputs:
    ``mask_len == cache_len + input_len`` that hold between calls);
 2. grow every dynamic dim by one past the largest size seen;
 3. grow only dynamic dims 0 (batch).
+
+Outputs that echo model state (Qwen2-VL's ``rope_deltas``, set by generate()) are computed
+from the probe's inputs in torch as in the graph (``state_outputs_recomputed``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from observer_ci.pipeline.causes import (
 from observer_ci.pipeline.diagnosis import uses_fast_path
 from observer_ci.pipeline.diff import flatten_outputs, judge_outputs, max_diff, output_names
 from observer_ci.pipeline.masks import split_errors
+from observer_ci.pipeline.export_patches import state_outputs_recomputed
 from observer_ci.pipeline.replay import match_feeds
 
 Plan = dict[tuple[int, int], int]  # (leaf index, dim) -> new size
@@ -141,7 +145,7 @@ def run_probe(
         flat = synthesize(base, plan)
         args, kwargs = observer.call_arguments(flat)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), state_outputs_recomputed(getattr(method, "__self__", None)):
                 produced = method(*args, **kwargs)
         except Exception as e:
             rejections.append(f"{label}: torch rejected it ({error_tail(e, 300)})")

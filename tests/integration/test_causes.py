@@ -169,6 +169,8 @@ def test_constraint_violation_names_dim_and_sizes(results):
     # the same dim also gets the warning that explains it
     assert any(w.rule == "size_one_dim" for w in m.warnings) is False
     assert "x.shape[0]" in m.cause.next_step
+    # a dim 0 that never varied is marked by set_batch_dimension_for only: it may be no batch
+    assert "leave x out of set_batch_dimension_for" in m.cause.next_step
 
 
 def test_unregistered_output_type_is_named_with_how_to_register(results):

@@ -9,11 +9,7 @@ import pytest
 pytest.importorskip("transformers", reason="optional extra 'transformers' is not installed")
 
 from observer_ci.pipeline.scripts import run_scripts  # noqa: E402
-from tests.support.families import FAMILIES, FAST, assert_served_and_probed  # noqa: E402
-
-pytestmark = pytest.mark.slow  # four models, two graphs each: about a minute
-
-PREFILL, DECODE = "decoder_model", "decoder_with_past_model"
+from tests.support.families import FAMILIES, FAST, assert_prefill_and_decode  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -23,25 +19,6 @@ def vlms(tmp_path_factory):
     config = replace(FAST, cache_dir=str(out / "cache"))
     scripts = [FAMILIES / s for s in ("gemma3_image_text.py", "llava_image_text.py")]
     return run_scripts(scripts, out, config=config, progress=lambda _message: None).by_name()
-
-
-def assert_prefill_and_decode(model, image_inputs):
-    assert_served_and_probed(model)
-    graphs = {g.name: g for g in model.graphs}
-    assert list(graphs) == [PREFILL, DECODE]  # no merged file: the decode never has an image
-    prefill, decode = graphs[PREFILL], graphs[DECODE]
-    assert prefill.observation_indices == [0]
-    assert decode.observation_indices == list(range(1, model.n_observations))
-    for name in image_inputs:
-        assert name in prefill.export.input_names and name not in decode.export.input_names
-    assert not any(n.startswith("past_key_values") for n in prefill.export.input_names)
-    assert any(n.startswith("past_key_values") for n in decode.export.input_names)
-    # the prompt length stays dynamic in every input of the prefill, even those only it passes
-    dims = prefill.export.input_dims
-    assert dims["input_ids"][1] == "sequence_length"
-    for name in image_inputs:
-        assert name in dims
-    return prefill, decode
 
 
 @pytest.mark.parametrize("suffix", ["", "_missing"])
