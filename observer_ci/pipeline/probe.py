@@ -32,8 +32,8 @@ from observer_ci.pipeline.causes import (
 )
 from observer_ci.pipeline.diagnosis import uses_fast_path
 from observer_ci.pipeline.diff import flatten_outputs, judge_outputs, max_diff, output_names
-from observer_ci.pipeline.masks import split_errors
 from observer_ci.pipeline.export_patches import state_outputs_recomputed
+from observer_ci.pipeline.masks import split_errors
 from observer_ci.pipeline.replay import match_feeds
 
 Plan = dict[tuple[int, int], int]  # (leaf index, dim) -> new size
