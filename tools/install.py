@@ -114,11 +114,12 @@ def install_torch(python: Path, pip: list[str]) -> None:
         say(f"torch {have} is installed already")
         return
     index = os.environ.get("TORCH_INDEX_URL", CPU_INDEX).strip()
-    extra: list[str] = []
+    # torch's own dependencies at their pins (an overriding spec may need others)
+    extra = ["-c", "constraints.txt"] if spec == pin else []
     if index:
         why = index_answers(index)
         if why is None:
-            extra = ["--index-url", index, "--no-deps"]  # its dependencies come from the pins
+            extra = ["--index-url", index, "--no-deps"]  # its dependencies: the next step
             say(f"{spec} from {index} (about 200 MB; 30-90 s)")
         else:
             say(f"{index} did not answer ({why}): {spec} from pip's configured indexes")

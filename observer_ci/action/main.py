@@ -29,6 +29,7 @@ from observer_ci.core.constants import (
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_USAGE,
+    GATE_BAD_INPUT,
     GATE_ERROR,
     GATE_FAILURE,
     GATE_SUCCESS,
@@ -76,13 +77,18 @@ def main(
     configure()
     try:
         settings = Settings.from_env(env, dry_run=dry_run)
+        settings.check_scripts()
     except SettingsError as e:
         message, summary = str(e), env.get("GITHUB_STEP_SUMMARY", "")
         workflow.command("error", message)
         _best_effort(lambda: _summary_note(summary, "❌ observer-ci: bad input", message))
+        outputs = {"status": GATE_BAD_INPUT}
+        _best_effort(lambda: workflow.write_outputs(env.get("GITHUB_OUTPUT", ""), outputs))
         return EXIT_USAGE
     except Exception as e:  # a bug while reading the settings: nowhere known to write to
-        return _internal_error(Settings(scripts=[]), _Progress(), e)
+        where = {"output_path": "GITHUB_OUTPUT", "step_summary": "GITHUB_STEP_SUMMARY"}
+        known = Settings(scripts=[], **{k: env.get(v, "") for k, v in where.items()})
+        return _internal_error(known, _Progress(), e)
     progress = _Progress()
     try:
         for message in settings.deprecations:
@@ -112,6 +118,7 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
         )
     else:
         base, head = run_base_and_head(settings, out, notes, env)
+    head.label = settings.label  # the children's "head" is no label of the user's
     progress.base = base
     progress.head = head
     if install_error:
