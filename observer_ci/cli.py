@@ -159,6 +159,7 @@ def _add_run_switches(run: argparse.ArgumentParser) -> None:
         "a run side by side with another one then starts on other models, sharing the "
         "export cache",
         "--no-gate": "always exit 0 once results are written",
+        "--no-summary": "print no status lines and no list of the files written",
     }
     for flag, text in switches.items():
         run.add_argument(flag, action="store_true", help=text)
@@ -264,13 +265,12 @@ def _options_from_flags(args: argparse.Namespace) -> RunOptions:
         variants=args.variants,
         providers=args.providers,
         missing_scripts=args.missing_scripts,
+        print_summary=not args.no_summary,
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     options = run_options(args)
-    # every path resolved before anything runs: a mistake exits 2 (ScriptPathError)
-    scripts = resolve_scripts(options.scripts, strict=options.missing_scripts == "error")
     thresholds, fail_on, policy = _gate(options.thresholds, options.fail_on, options.policy)
     tolerances = {"abs_max": options.atol, "rel_max": options.rtol}
     thresholds = dataclasses.replace(
@@ -282,6 +282,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = RunConfig.from_options(options, thresholds, tuple(policy.tolerances()))
     except ValueError as e:
         raise UsageError(str(e)) from e
+    # every path resolved before anything runs: a mistake exits 2 (ScriptPathError)
+    scripts = resolve_scripts(options.scripts, strict=options.missing_scripts == "error")
     base, history = _baseline(options.baseline, options.history_runs)
     if options.threads:
         import torch

@@ -113,8 +113,6 @@ _FAILURE_RULE = {
     STATUS_EXPORT_FAILED: "export_failed",
     STATUS_ORT_FAILED: "ort_failed",
 }
-# A rule split off another: a fail_on list naming the old one keeps gating on both.
-_SPLIT_FROM = {"export_failed": ("observe_failed",)}
 _RULE_ORDER = {rule: i for i, rule in enumerate(RULES)}
 _SPLIT_RE = re.compile(r"[,\n;]")
 
@@ -226,7 +224,7 @@ def _expand_rule_set(name: str) -> set[str]:
     if name == "default":
         return set(DEFAULT_FAIL_ON)
     if name in _RULE_ORDER:
-        return {name, *_SPLIT_FROM.get(name, ())}
+        return {name}
     valid = ", ".join(("all", "none", "default", *RULES))
     raise ValueError(f"unknown fail-on rule {name!r}; valid: {valid}")
 
