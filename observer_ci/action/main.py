@@ -86,8 +86,8 @@ def main(
         _best_effort(lambda: workflow.write_outputs(env.get("GITHUB_OUTPUT", ""), outputs))
         return EXIT_USAGE
     except Exception as e:  # a bug while reading the settings: nowhere known to write to
-        where = {"output_path": "GITHUB_OUTPUT", "step_summary": "GITHUB_STEP_SUMMARY"}
-        known = Settings(scripts=[], **{k: env.get(v, "") for k, v in where.items()})
+        output, summary = env.get("GITHUB_OUTPUT", ""), env.get("GITHUB_STEP_SUMMARY", "")
+        known = Settings(scripts=[], output_path=output, step_summary=summary)
         return _internal_error(known, _Progress(), e)
     progress = _Progress()
     try:

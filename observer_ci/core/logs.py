@@ -165,7 +165,7 @@ def quiet_pipeline(verbose: bool = False) -> Iterator[None]:
         yield
         return
     configure()
-    with warnings.catch_warnings(), redirect_stderr(_Discard()):  # type: ignore[type-var]
+    with warnings.catch_warnings(), redirect_stderr(_Discard()):
         warnings.simplefilter("ignore")
         yield
 

@@ -236,7 +236,7 @@ def assert_results_on_disk(run: Run) -> None:
     """results.json and report.md exist, agree with each other, and the summary holds the report."""
     results = run.results
     assert [m.name for m in results.models] == ["mlp_classifier"], run.log
-    assert results.label == "head"
+    assert results.label == ""  # no label given: none shown
     report = run.report
     assert report.startswith(MARKER + "\n"), report[:200]
     assert "| mlp_classifier |" in report  # the summary table, raw Markdown readable
