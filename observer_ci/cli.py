@@ -387,7 +387,7 @@ def publish(
 ) -> int:
     """Writes results.json (first, unless ``write_results`` is False) and report.md, prints a
     summary (not when ``quiet``) naming what it wrote, returns the gate code."""
-    from observer_ci.report.markdown import write_report_files
+    from observer_ci.report.markdown import report_files, write_report_files
     from observer_ci.report.rules import compare
 
     bands = history.bands if history is not None else None
@@ -413,8 +413,7 @@ def publish(
     for m in head.models:
         print(f"{m.status:>15}  {m.name}")
     print_regressions(regressions)
-    written = [out / "results.json"] if write_results else []
-    print("wrote " + " and ".join(str(p) for p in [*written, out / "report.md"]))
+    print(f"wrote {report_files(out, base, write_results=write_results)}")
     return code
 
 

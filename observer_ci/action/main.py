@@ -38,7 +38,7 @@ from observer_ci.core.logs import configure, logger
 from observer_ci.core.results import RunResults
 from observer_ci.github.client import GitHubClient
 from observer_ci.report.escape import code_block
-from observer_ci.report.markdown import render_report, write_report_files
+from observer_ci.report.markdown import render_report, report_files, write_report_files
 from observer_ci.report.rules import Regression, compare
 
 __all__ = ["EXIT_INTERNAL_ERROR", "EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
@@ -181,7 +181,7 @@ def write_and_summarise(
     full = write_report_files(out, head, regressions, base, **options)
     if progress is not None:
         progress.results_written = True
-    logger.info("wrote %s and %s", out / "results.json", out / "report.md")
+    logger.info("wrote %s", report_files(out, base))
     workflow.write_summary(settings.step_summary, full)
     if progress is not None:
         progress.summary_written = True

@@ -188,6 +188,7 @@ def test_labels_appear_only_when_given_and_compare_says_what_it_wrote(runs):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     merged = json.loads((ws / "merged" / "results.json").read_text())
     assert [m["name"] for m in merged["models"]] == ["tiny [part1]", "tiny [part2]"]
+    assert merged["label"] == ""  # no part was given one
     assert "[head]" not in (ws / "merged" / "report.md").read_text()
 
 
