@@ -247,6 +247,13 @@ def test_a_failure_headline_is_the_cause_and_the_raw_tail_is_a_folding_group(act
     assert "TorchExportError" in raw and "Refer to the full stack trace" in raw
 
 
+def test_verbose_shows_what_the_libraries_say(tmp_path):
+    (tmp_path / "tagger.py").write_text(LSTM)
+    proc = cli(tmp_path, "run", "tagger.py", "--verbose", "--no-probe", "--repeat", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "UserWarning" in proc.stderr and "_flat_weights" in proc.stderr
+
+
 def test_one_line_per_phase_per_model_and_one_wrote_line_naming_the_files(action_log):
     log, ws = action_log["log"], action_log["ws"]
     tagger = [line for line in log.splitlines() if re.search(r"\] \+[\d.]+s tagger", line)]
