@@ -1,6 +1,6 @@
 # The image the action runs in: published to the GitHub container registry by
 # .github/workflows/release.yml (action.yml points at it); build it locally with
-#   docker build -t input-observer-action .
+#   docker build -t observer-ci .
 FROM python:3.11-slim
 
 RUN apt-get update \
@@ -12,7 +12,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1
 
 WORKDIR /action
-COPY pyproject.toml constraints.txt README.md Makefile ./
+COPY pyproject.toml constraints.txt README.md LICENSE Makefile ./
 COPY observer_ci ./observer_ci
 COPY entrypoint.py ./
 

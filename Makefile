@@ -30,7 +30,19 @@ test: install-test
 	$(PYTHON) -m ruff format --check .
 	$(LINT_IMPORTS)
 	$(PYTHON) -m mypy
+	$(MAKE) --no-print-directory lint-workflows check-dist
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile tests
+
+# Every workflow, the README's example workflows and both action.yml: zizmor (offline, medium
+# and above) and GitHub's schemas (check-jsonschema's vendored copies). tools/lint_workflows.py
+# The package: sdist and wheel built, twine check, the wheel alone in a fresh venv runs
+# `observer-ci --help`. tools/check_dist.py
+.PHONY: lint-workflows check-dist
+lint-workflows:
+	$(PYTHON) tools/lint_workflows.py
+
+check-dist:
+	$(PYTHON) tools/check_dist.py
 
 # The golden reports laid out in headless Chromium with Mermaid (tests/render/), screenshots in
 # build/render/. Separate from `make test`: it needs Debian's chromium (apt, as root: about a

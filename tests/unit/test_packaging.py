@@ -26,7 +26,10 @@ from tests.support import REPO_ROOT
 
 ROOT = REPO_ROOT
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-IMAGE_NAME = "input-observer-action"
+# One name for the action, its image, the package and the repository; OWNER is the repository's
+# owner, the one part a fork that publishes its own releases changes (the README says so once).
+NAME = "observer-ci"
+OWNER = "observer-ci"
 
 
 def load(path: str) -> dict:
@@ -172,6 +175,10 @@ def test_keep_installed_pins_the_installed_torch_and_fills_in_what_is_missing():
 # -- the image ---------------------------------------------------------------------------------
 
 
+def _dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
 def dockerfile_pip_installs() -> list[list[str]]:
     text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
     args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
@@ -190,25 +197,33 @@ def test_the_image_takes_cpu_torch_from_its_index_and_the_rest_from_the_constrai
     assert torch_step == ["--no-deps", "--index-url", CPU_INDEX, f"torch=={pins()['torch']}+cpu"]
     assert rest == ["-c", "constraints.txt", ".[transformers]"]
     assert 'ENTRYPOINT ["python", "/action/entrypoint.py"]' in (ROOT / "Dockerfile").read_text()
+    # what building the package reads is in the image (a missing license file fails the build)
+    copies = re.findall(r"^COPY (.*) \./$", _dockerfile(), re.M)
+    copied = {word for line in copies for word in line.split()}
+    assert {"pyproject.toml", _project()["readme"], *_project()["license-files"]} <= copied
 
 
-def test_action_yml_uses_the_image_the_release_workflow_publishes():
-    readme = (ROOT / "README.md").read_text()
-    (owner,) = set(re.findall(rf"uses: ([\w-]+)/{IMAGE_NAME}@v1\b", readme))
-    assert action()["runs"] == {
-        "using": "docker",
-        "image": f"docker://ghcr.io/{owner}/{IMAGE_NAME}:v1",
-    }
+def test_one_name_across_action_image_package_and_readme():
+    assert _project()["name"] == NAME and _project()["scripts"] == {NAME: "observer_ci.cli:command"}
+    assert action()["name"] == NAME and composite()["name"].startswith(f"{NAME} ")
+    assert action()["runs"] == {"using": "docker", "image": f"docker://ghcr.io/{OWNER}/{NAME}:v1"}
     release = workflow("release.yml")
-    assert release["on"]["push"]["tags"] == ["v*.*.*"]
-    assert release["env"]["IMAGE"] == f"ghcr.io/${{{{ github.repository_owner }}}}/{IMAGE_NAME}"
-    assert release["permissions"]["packages"] == "write"
-    steps = release["jobs"]["image"]["steps"]
-    (meta,) = [s for s in steps if s.get("id") == "meta"]
-    assert "type=semver,pattern=v{{major}}" in meta["with"]["tags"]  # the moving major tag
-    pushes = [s for s in steps if s.get("with", {}).get("push") is True]
-    assert len(pushes) == 1 and pushes[0]["if"] == "startsWith(github.ref, 'refs/tags/v')"
-    assert pushes[0]["with"]["tags"] == "${{ steps.meta.outputs.tags }}"
+    assert release["env"]["IMAGE"] == f"ghcr.io/${{{{ github.repository_owner }}}}/{NAME}"
+    texts = {
+        path: (ROOT / path).read_text(encoding="utf-8")
+        for path in ("README.md", "SECURITY.md", "CHANGELOG.md", "Dockerfile")
+    }
+    texts |= {str(p.relative_to(ROOT)): p.read_text() for p in ROOT.glob("examples/workflows/*")}
+    texts |= {str(p.relative_to(ROOT)): p.read_text() for p in ROOT.glob(".github/workflows/*")}
+    for path, text in texts.items():
+        uses = re.findall(r"\b([\w.-]+/[\w.-]+)(?:/composite)?@v1\b", text)
+        images = re.findall(r"ghcr\.io/([\w.${} -]+?)/([\w.-]+)", text)
+        assert set(uses) <= {f"{OWNER}/{NAME}"}, path
+        assert {n for _, n in images} <= {NAME}, path
+        assert "input-observer-action" not in text or path == "CHANGELOG.md", path  # its history
+    readme = texts["README.md"]
+    assert f"uses: {OWNER}/{NAME}@v1" in readme and f"uses: {OWNER}/{NAME}/composite@v1" in readme
+    assert f"ghcr.io/{OWNER}/{NAME}" in readme and f"--owner {OWNER}" in texts["SECURITY.md"]
 
 
 def _project() -> dict:
@@ -386,3 +401,39 @@ def test_the_pull_request_workflow_uploads_the_payload_without_a_write_token():
     (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert upload["with"]["path"] == "observer-ci-out/payload"
     assert upload["with"]["name"].startswith("observer-ci-payload-")
+
+
+# -- what is published (tools/check_dist.py, run by `make check-dist` in `make test`) -------------
+
+
+def test_check_dist_finds_a_wrong_version_a_missing_license_and_stray_files(tmp_path):
+    import io
+    import tarfile
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import check_dist
+
+    version = check_dist.source_version()
+    wheel = tmp_path / f"observer_ci-{version}-py3-none-any.whl"
+    info = f"observer_ci-{version}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(
+            f"{info}/METADATA",
+            "Metadata-Version: 2.4\nName: observer-ci\nVersion: 9.9.9\nLicense-Expression: MIT\n",
+        )
+        archive.writestr("observer_ci/__init__.py", "")
+        archive.writestr("tests/test_x.py", "")
+    sdist = tmp_path / f"observer_ci-{version}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        data = b"[project]\n"
+        member = tarfile.TarInfo(f"observer_ci-{version}/pyproject.toml")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    failures = check_dist.check_metadata(wheel, sdist, version)
+    assert f"wheel version 9.9.9 != __version__ {version}" in failures
+    assert "wheel license MIT/None" in failures and "the wheel lacks LICENSE" in failures
+    assert "the wheel holds more than the package: ['tests']" in failures
+    assert {"the sdist lacks LICENSE", "the sdist lacks README.md"} <= set(failures)
+    assert not [f for f in failures if "pyproject.toml" in f]  # this checkout's version is dynamic
+    assert _project()["license"] == check_dist.LICENSE and "version" not in _project()
