@@ -27,9 +27,10 @@ BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)  # outside any vi
 
 def make_n(target: str, bootstrap: str) -> list[str]:
     """The commands ``make -n target`` would run, no virtualenv active."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHON")}
+    unset = ("VIRTUAL_ENV", "PYTHON", "MAKEFLAGS", "MFLAGS", "MAKELEVEL")  # under `make test`
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     proc = subprocess.run(
-        ["make", "-n", target, f"BOOTSTRAP_PYTHON={bootstrap}"],
+        ["make", "--no-print-directory", "-n", target, f"BOOTSTRAP_PYTHON={bootstrap}"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
