@@ -124,7 +124,7 @@ def process_model(
 def infer_inputs(entry: registry.ObservedModel, result: ModelResult, progress: Progress) -> bool:
     """Step 1: the export inputs, their dynamic dims and names (False: the row says why)."""
     obs = entry.observer
-    if not obs.num_obs():
+    if not obs.num_obs() and obs.refusal is None:  # else the refusal says why
         result.status, result.cause = STATUS_OBSERVE_FAILED, never_called(entry.method_name)
         result.error = result.cause.summary
         progress(f"{entry.name}: {result.cause.summary}")
