@@ -1,13 +1,20 @@
-PYTHON ?= python3
-PIP_INSTALL = $(PYTHON) -m pip install --quiet -c constraints.txt
+# Every target runs in a virtualenv: the active one, else the project's .venv, which
+# tools/install.py creates (so Debian's externally-managed python, macOS's and a CI runner's
+# all work). torch comes from the PyTorch CPU wheel index (TORCH_INDEX_URL; empty: pip's own
+# indexes; an index that does not answer is skipped), TORCH_SPEC overrides the requirement
+# (a CUDA build, a local wheel). BOOTSTRAP_PYTHON makes the .venv.
+BOOTSTRAP_PYTHON ?= python3
+PYTHON := $(shell $(BOOTSTRAP_PYTHON) tools/install.py --which)
+INSTALL = $(BOOTSTRAP_PYTHON) tools/install.py
+LINT_IMPORTS = $(PYTHON) -c "from importlinter.cli import lint_imports_command as c; c()"
 
 .PHONY: install install-test install-mutation demo test lint bench mutation render-deps test-render
 
 install:
-	$(PIP_INSTALL) -e '.[transformers]'
+	$(INSTALL) transformers
 
 install-test:
-	$(PIP_INSTALL) -e '.[test,transformers]'
+	$(INSTALL) test,transformers
 
 # The action's main job on the shipped examples, in dry-run: writes out/demo/results.json
 # and out/demo/report.md, posts nothing (no GitHub needed).
@@ -21,7 +28,7 @@ demo: install
 test: install-test
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
-	lint-imports
+	$(LINT_IMPORTS)
 	$(PYTHON) -m mypy
 	$(MAKE) --no-print-directory lint-workflows check-dist
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile tests
@@ -50,7 +57,7 @@ test-render: install-test render-deps
 	OBSERVER_CI_RENDER=1 $(PYTHON) -m pytest -q tests/render
 
 install-mutation:
-	$(PIP_INSTALL) -e '.[test,transformers,mutation]'
+	$(INSTALL) test,transformers,mutation
 
 # Mutation testing of the core modules, one at a time with a time budget each (not in CI:
 # minutes per module). Prints the share of mutants killed per module; survivors are listed in

@@ -11,7 +11,8 @@ from pathlib import Path
 from observer_ci.core.constants import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from observer_ci.core.exceptions import UsageError
 from observer_ci.core.results import RunResults
-from observer_ci.core.run_options import RunOptions, parse_cache_max_mb
+from observer_ci.core.run_options import MISSING_SCRIPTS, RunOptions, parse_cache_max_mb
+from observer_ci.core.script_paths import resolve_scripts
 
 __all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
 
@@ -137,6 +138,13 @@ def _add_run(run: argparse.ArgumentParser) -> None:
         "fp16, int8, optimized, or all (default: none)",
     )
     run.add_argument(
+        "--missing-scripts",
+        choices=MISSING_SCRIPTS,
+        default=DEFAULTS.missing_scripts,
+        help="a script path or glob naming no readable file: exit 2 before anything runs "
+        "(error, the default) or a script_failed row (row)",
+    )
+    run.add_argument(
         "--providers",
         default=DEFAULTS.providers,
         help="onnxruntime providers to replay on: cpu, cuda, tensorrt, coreml, dml, openvino "
@@ -156,6 +164,7 @@ def _add_run_switches(run: argparse.ArgumentParser) -> None:
         "a run side by side with another one then starts on other models, sharing the "
         "export cache",
         "--no-gate": "always exit 0 once results are written",
+        "--no-summary": "print no status lines and no list of the files written",
     }
     for flag, text in switches.items():
         run.add_argument(flag, action="store_true", help=text)
@@ -211,13 +220,7 @@ def command() -> int:
 
 def expand_scripts(patterns: Sequence[str]) -> list[str]:
     """Expands globs; a pattern matching nothing is kept so its failure is reported."""
-    import glob
-
-    scripts: list[str] = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        scripts.extend(m for m in (matches or [pattern]) if m not in scripts)
-    return scripts
+    return resolve_scripts(patterns, strict=False)
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -268,6 +271,8 @@ def _options_from_flags(args: argparse.Namespace) -> RunOptions:
         history_runs=args.history_runs,
         variants=args.variants,
         providers=args.providers,
+        missing_scripts=args.missing_scripts,
+        print_summary=not args.no_summary,
     )
 
 
@@ -286,6 +291,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     except ValueError as e:
         raise UsageError(str(e)) from e
+    # every path resolved before anything runs: a mistake exits 2 (ScriptPathError)
+    scripts = resolve_scripts(options.scripts, strict=options.missing_scripts == "error")
     base, history = _baseline(options.baseline, options.history_runs)
     if options.threads:
         import torch
@@ -294,7 +301,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from observer_ci.pipeline.scripts import run_scripts
 
     head = run_scripts(
-        expand_scripts(options.scripts),
+        scripts,
         options.out,
         config=config,
         label=options.label,
@@ -302,7 +309,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         journal=options.journal,
         reverse_order=options.reverse_order,
     )
-    code = publish(head, base, Path(options.out), thresholds, fail_on, policy, history=history)
+    code = publish(
+        head,
+        base,
+        Path(options.out),
+        thresholds,
+        fail_on,
+        policy,
+        history=history,
+        quiet=not options.print_summary,
+    )
     return code if options.gate else EXIT_OK
 
 
@@ -401,9 +417,11 @@ def publish(
     *,
     write_results: bool = True,
     history=None,
+    quiet: bool = False,
 ) -> int:
-    """Writes results.json (first) and report.md, prints a summary, returns the gate code."""
-    from observer_ci.report.markdown import write_report_files
+    """Writes results.json (first, unless ``write_results`` is False) and report.md, prints a
+    summary (not when ``quiet``) naming what it wrote, returns the gate code."""
+    from observer_ci.report.markdown import report_files, write_report_files
     from observer_ci.report.rules import compare
 
     bands = history.bands if history is not None else None
@@ -423,11 +441,14 @@ def publish(
         policy_lines=policy.effective([m.name for m in head.models], thresholds) if policy else [],
         trend=trend,
     )
+    code = EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+    if quiet:
+        return code
     for m in head.models:
         print(f"{m.status:>15}  {m.name}")
     print_regressions(regressions)
-    print(f"wrote {out / 'results.json'} and {out / 'report.md'}")
-    return EXIT_REGRESSION if any(r.fails_build for r in regressions) else EXIT_OK
+    print(f"wrote {report_files(out, base, write_results=write_results)}")
+    return code
 
 
 def print_regressions(regressions) -> None:

@@ -39,6 +39,10 @@ def child_run_options(settings: Settings, threads: int | None = None) -> RunOpti
         variants=",".join(settings.variants),
         providers=",".join(settings.providers),
         thresholds=_variant_limits(settings),
+        # the parent checked the head's paths (Settings.check_scripts); the base commit may
+        # lack a script the pull request adds: that is a row of the base run, not exit 2
+        missing_scripts="row",
+        print_summary=False,
     )
 
 

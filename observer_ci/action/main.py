@@ -39,6 +39,7 @@ from observer_ci.core.constants import (
     EXIT_OK,
     EXIT_REGRESSION,
     EXIT_USAGE,
+    GATE_BAD_INPUT,
     GATE_ERROR,
     GATE_FAILURE,
     GATE_SUCCESS,
@@ -48,7 +49,7 @@ from observer_ci.core.results import RunResults
 from observer_ci.github.client import GitHubClient
 from observer_ci.report.escape import code_block
 from observer_ci.report.history import trend_section
-from observer_ci.report.markdown import render_report, write_report_files
+from observer_ci.report.markdown import render_report, report_files, write_report_files
 from observer_ci.report.rules import Regression, compare
 
 __all__ = ["EXIT_INTERNAL_ERROR", "EXIT_OK", "EXIT_REGRESSION", "EXIT_USAGE", "main"]
@@ -89,13 +90,18 @@ def main(
     configure()
     try:
         settings = Settings.from_env(env, dry_run=dry_run)
+        settings.check_scripts()
     except SettingsError as e:
         message, summary = str(e), env.get("GITHUB_STEP_SUMMARY", "")
         workflow.command("error", message)
         _best_effort(lambda: _summary_note(summary, "❌ observer-ci: bad input", message))
+        outputs = {"status": GATE_BAD_INPUT}
+        _best_effort(lambda: workflow.write_outputs(env.get("GITHUB_OUTPUT", ""), outputs))
         return EXIT_USAGE
     except Exception as e:  # a bug while reading the settings: nowhere known to write to
-        return _internal_error(Settings(scripts=[]), _Progress(), e)
+        output, summary = env.get("GITHUB_OUTPUT", ""), env.get("GITHUB_STEP_SUMMARY", "")
+        known = Settings(scripts=[], output_path=output, step_summary=summary)
+        return _internal_error(known, _Progress(), e)
     progress = _Progress()
     try:
         for message in settings.deprecations:
@@ -177,6 +183,7 @@ def _run_untrusted(
     else:
         base, head = run_base_and_head(settings, out, notes, env)
     notes.extend(phase_findings())
+    head.label = settings.label  # the children's "head" is no label of the user's
     return base, head
 
 
@@ -229,7 +236,7 @@ def write_and_summarise(
     full = write_report_files(out, head, regressions, base, **options)
     if progress is not None:
         progress.results_written = True
-    logger.info("wrote %s and %s", out / "results.json", out / "report.md")
+    logger.info("wrote %s", report_files(out, base))
     workflow.write_summary(settings.step_summary, full)
     if progress is not None:
         progress.summary_written = True

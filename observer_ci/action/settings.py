@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import COMMENT_KEY_PATTERN
-from observer_ci.core.exceptions import SettingsError
+from observer_ci.core.exceptions import ScriptPathError, SettingsError
 from observer_ci.core.run_options import parse_cache_max_mb
+from observer_ci.core.script_paths import resolve_scripts
 from observer_ci.core.variants import DEFAULT_PROVIDERS, parse_providers, parse_variants
 from observer_ci.report.policy import Policy, find_policy
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds
@@ -225,6 +226,16 @@ class Settings:
             event_name=get("GITHUB_EVENT_NAME"),
             ref=get("GITHUB_REF"),
         )
+
+    def check_scripts(self) -> None:
+        """Run mode: every script path and glob names a readable file in the workspace,
+        else :class:`SettingsError` (exit 2 before anything runs) naming what matched."""
+        if self.mode != MODE_RUN:
+            return
+        try:
+            resolve_scripts(self.scripts, self.workspace)
+        except ScriptPathError as e:
+            raise SettingsError(f"input 'script': {e}") from e
 
     @property
     def run_url(self) -> str | None:

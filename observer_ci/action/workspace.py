@@ -39,7 +39,7 @@ from observer_ci.action.isolation import without_secrets
 from observer_ci.action.settings import Settings
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.journal import JournalState, read_journal
-from observer_ci.core.logs import logger
+from observer_ci.core.logs import GROUPS_VARIABLE, logger
 from observer_ci.core.results import STATUS_SCRIPT_FAILED, ModelResult, RunResults
 from observer_ci.core.run_options import RunOptions
 
@@ -141,14 +141,16 @@ def _wait(
 
 def _forward(proc: subprocess.Popen, tail: bytearray) -> None:
     fd = proc.stdout.fileno()  # type: ignore[union-attr]
+    output = workflow.ChildOutput()  # its group markers fold the log
     while True:
         try:
             chunk = os.read(fd, 65536)
         except OSError:
-            return
+            chunk = b""
         if not chunk:
+            output.close()
             return
-        workflow.forward_untrusted(chunk)
+        output.feed(chunk)
         tail.extend(chunk)
         del tail[: max(0, len(tail) - OUTPUT_TAIL_CHARS * 4)]
 
@@ -226,6 +228,8 @@ def run_scripts_subprocess(
     notes = notes if notes is not None else []
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONUNBUFFERED"] = "1"
+    if child_env.get("GITHUB_ACTIONS") == "true":
+        child_env[GROUPS_VARIABLE] = "markers"  # its log groups, folded by _forward
     child_env.update(extra_env or {})
     # the child must run this very observer_ci (the journal is a contract between the two)
     paths = (pythonpath, child_env.get("PYTHONPATH", ""), _own_source_root())

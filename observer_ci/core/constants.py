@@ -42,12 +42,14 @@ EXIT_REGRESSION = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL_ERROR = 3
 
-# The action's ``status`` output: the gate passed, a fail_on rule tripped, or observer-ci
-# itself failed (exit code 3). action.yml, composite/action.yml and the README list these.
+# The action's ``status`` output: the gate passed, a fail_on rule tripped, an input was
+# wrong (exit code 2, nothing ran), or observer-ci itself failed (exit code 3). action.yml,
+# composite/action.yml and the README list these.
 GATE_SUCCESS = "success"
 GATE_FAILURE = "failure"
+GATE_BAD_INPUT = "bad-input"
 GATE_ERROR = "error"
-GATE_STATUSES = (GATE_SUCCESS, GATE_FAILURE, GATE_ERROR)
+GATE_STATUSES = (GATE_SUCCESS, GATE_FAILURE, GATE_BAD_INPUT, GATE_ERROR)
 
 # The action's ``comment_status`` output (what became of the sticky comment); every value
 # the code writes is one of these, and action.yml, composite/action.yml and the README

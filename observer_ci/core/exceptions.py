@@ -35,6 +35,10 @@ class UsageError(Exception):
     """Bad arguments or unreadable files: exit 2 with a clear message."""
 
 
+class ScriptPathError(UsageError, ValueError):
+    """An observation script path or glob that names no readable file (``core/script_paths``)."""
+
+
 class RunOptionsError(ValueError):
     """A run option of the wrong type or out of range (a usage error: exit 2)."""
 

@@ -26,7 +26,7 @@ def merge_results(parts: list[RunResults]) -> RunResults:
         models=models,
         environment=_merge_environments(parts, labels),
         schema_version=SCHEMA_VERSION,
-        label=_merged_label(labels),
+        label=_merged_label([part.label for part in parts]),
         created_at=max((p.created_at for p in parts), default=""),
     )
 
@@ -41,8 +41,9 @@ def _unique(name: str, taken: set[str]) -> str:
 
 
 def _merged_label(labels: list[str]) -> str:
-    distinct = list(dict.fromkeys(labels))
-    return distinct[0] if len(distinct) == 1 else "+".join(distinct)
+    """The labels the parts were given (``gpu+cpu``); "" when none was (``partN`` names a
+    leg in the merged report only)."""
+    return "+".join(label for label in dict.fromkeys(labels) if label)
 
 
 def _merge_environments(parts: list[RunResults], labels: list[str]) -> dict:

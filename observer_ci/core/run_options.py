@@ -31,13 +31,16 @@ def parse_cache_max_mb(text: str) -> int:
     return int(text)
 
 
+MISSING_SCRIPTS = ("error", "row")  # RunOptions.missing_scripts
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """Every option of ``observer-ci run``; the field defaults are the command's defaults."""
 
     scripts: tuple[str, ...] = ()  # observation scripts, globs allowed (the child expands them)
     out: str = "observer-ci-out"
-    label: str = "head"
+    label: str = ""  # shown only when given (a matrix leg's name, "base")
     baseline: str | None = None  # results.json of the base to compare with
     thresholds: str = ""  # the gate's thresholds, as `--thresholds` takes them
     fail_on: str = "default"
@@ -60,6 +63,12 @@ class RunOptions:
     history_runs: int = 20  # with a history:DIR baseline, the most recent runs used
     variants: str = ""  # fp16,int8,optimized or all (core.variants), as `--variants` takes it
     providers: str = "cpu"  # onnxruntime providers, as `--providers` takes it
+    # a script path or glob naming no readable file: "error" (exit 2 before anything runs) or
+    # "row" (a script_failed row: the base commit may lack a script the pull request adds)
+    missing_scripts: str = "error"
+    # print each model's status and the files written (the action's children do not: their
+    # files are the parent's input, the parent says what it wrote)
+    print_summary: bool = True
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -70,6 +79,10 @@ class RunOptions:
                 raise RunOptionsError(f"--{name} must be >= 0, got {value!r}")
         if self.bundles not in ("failing", "all", "none"):
             raise RunOptionsError(f"--bundles must be failing, all or none, got {self.bundles!r}")
+        if self.missing_scripts not in MISSING_SCRIPTS:
+            raise RunOptionsError(
+                f"--missing-scripts must be error or row, got {self.missing_scripts!r}"
+            )
         if self.history_runs < 1:
             raise RunOptionsError(f"--history-runs must be >= 1, got {self.history_runs}")
         if self.cache_max_mb is not None and self.cache_max_mb < 0:

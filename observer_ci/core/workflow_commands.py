@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from observer_ci.core.constants import STEP_SUMMARY_MAX_BYTES
+from observer_ci.core.logs import ENDGROUP_MARKER, GROUP_MARKER
 
 MAX_ANNOTATIONS = 10  # per level; GitHub shows at most 10 of each per step anyway
 
@@ -109,6 +110,62 @@ def forward_untrusted(data: bytes) -> None:
             sys.stdout.write(data.decode("utf-8", errors="replace"))
             sys.stdout.flush()
         _at_line_start = data.endswith(b"\n")
+
+
+class ChildOutput:
+    """Forwards an action child's output to the job log inside the guard, except the group
+    markers it prints (:data:`observer_ci.core.logs.GROUP_MARKER`): each becomes our own
+    ``::group::`` / ``::endgroup::`` line between two guards, so the log folds. Call
+    :meth:`feed` and :meth:`close` only inside :func:`commands_stopped`."""
+
+    _MARKERS = (GROUP_MARKER.encode(), ENDGROUP_MARKER.encode())
+
+    def __init__(self) -> None:
+        self._pending = b""  # the start of a line that may still become a marker
+
+    def feed(self, data: bytes) -> None:
+        data, self._pending = self._pending + data, b""
+        plain = bytearray()
+        for line in data.splitlines(keepends=True):
+            if not line.endswith((b"\n", b"\r")):
+                if any(m.startswith(line) or line.startswith(m) for m in self._MARKERS):
+                    self._pending = line  # wait for its end
+                    break
+                plain += line
+            elif line.startswith(self._MARKERS):
+                forward_untrusted(bytes(plain))
+                plain.clear()
+                _between_guards(_group_line(line))
+            else:
+                plain += line
+        forward_untrusted(bytes(plain))
+
+    def close(self) -> None:
+        """Forwards what is left (a last line without its end)."""
+        forward_untrusted(self._pending)
+        self._pending = b""
+
+
+def _group_line(marker: bytes) -> str:
+    text = marker.decode("utf-8", errors="replace").rstrip("\r\n")
+    if text.startswith(ENDGROUP_MARKER):
+        return "::endgroup::"
+    title = strip_unsafe(text[len(GROUP_MARKER) :])
+    return f"::group::{workflow_escape(title)}"
+
+
+def _between_guards(line: str) -> None:
+    """Our own ``line`` while the guard is open: the guard is closed, the line written, and
+    a new guard (a new token) opened."""
+    global _guard_token
+    with _guard_lock:
+        if _guard_depth == 0:
+            _write_line(line)
+            return
+        _write_line(f"::{_guard_token}::")
+        _write_line(line)
+        _guard_token = secrets.token_hex(16)
+        _write_line(f"::stop-commands::{_guard_token}")
 
 
 def _write_line(line: str) -> None:

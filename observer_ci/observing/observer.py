@@ -143,6 +143,11 @@ class InputObserver:
         """Number of stored calls."""
         return len(self.observations)
 
+    @property
+    def refusal(self) -> str | None:
+        """Why the calls taken over from another observer cannot be used, or None."""
+        return self._refusal
+
     @staticmethod
     def _register_pytrees() -> None:
         try:

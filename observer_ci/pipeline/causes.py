@@ -31,6 +31,7 @@ PROBE_FAILURE = "probe_failure"
 SCRIPT_ERROR = "script_error"
 INPUT_NAME = "input_name"
 DROPPED_STATE = "dropped_state"
+NEVER_CALLED = "never_called"
 UNKNOWN = "unknown"
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
@@ -167,6 +168,18 @@ def explain_exception(exc: BaseException, *, observer: Any = None) -> Cause:
             cause.user_frame = cause.user_frame or frame
             return cause
     return Cause(UNKNOWN, error_headline(text) or type(exc).__name__, None, frame)
+
+
+def never_called(method_name: str = "forward") -> Cause:
+    """A model whose ``observe(...)`` block was entered but which was never called in it."""
+    call = "model(...)" if method_name == "forward" else f"model.{method_name}(...)"
+    return Cause(
+        NEVER_CALLED,
+        f"`observe(model)` was entered but `{call}` was never called inside it, so there "
+        "are no inputs to export it with",
+        f"call `{call}` inside the `with observer_ci.observe(model, name=...):` block, once "
+        "per input shape to check (at least two sizes make a dim dynamic)",
+    )
 
 
 def explain_script_error(exc: BaseException) -> Cause:

@@ -48,6 +48,7 @@ from observer_ci.pipeline.precision import low_precision_dtype
 from observer_ci.pipeline.probe import run_probe
 from observer_ci.pipeline.replay import make_session, replay_observation
 from observer_ci.pipeline.variants import serve_variants, wanted
+from observer_ci.report.tables import plural
 
 # File names stay well under the 255 bytes most file systems allow (".onnx.data" and
 # friends are appended to them).
@@ -348,7 +349,8 @@ class FamilyServer:
         if not graph.export.ok:
             return graph, {}  # the graph entry holds the error and the calls it would serve
         shown = entry.name if self.single else f"{entry.name} [{family.name}]"
-        progress(f"{shown}: exported in {graph.export.seconds:.1f}s, replaying")
+        calls = plural(len(family.indices), "call")
+        progress(f"{shown}: exported in {graph.export.seconds:.1f}s ({calls} observed)")
         session, failed = self.open_session(family, sub, graph, onnx_path, export_memory)
         if session is None:
             return graph, failed

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from observer_ci.core.constants import MASKED_POSITIONS_ONLY
 from observer_ci.core.dim_names import name_dims
-from observer_ci.core.errors import error_tail
+from observer_ci.core.errors import error_headline, error_tail
+from observer_ci.core.logs import log_failure
 from observer_ci.core.logs import progress as progress_line
 from observer_ci.core.results import (
     STATUS_DISCREPANCY,
@@ -36,6 +37,7 @@ from observer_ci.observing.pytrees import register_if_imported
 from observer_ci.pipeline.causes import (
     add_sample_difference,
     explain_exception,
+    never_called,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.diagnosis import summarize as summarize_diagnosis
@@ -100,7 +102,6 @@ def process_model(
     families = plan(entry, result)
     if families is None:
         return result
-    progress(f"{entry.name}: exporting {len(families)} graph(s) ({obs.num_obs()} calls observed)")
     server = FamilyServer(entry, out_dir, config, phase, progress, single=len(families) == 1)
     serve_families(entry, result, families, server)
     if export_failed(entry, result, progress):
@@ -119,6 +120,11 @@ def process_model(
 def infer_inputs(entry: registry.ObservedModel, result: ModelResult, progress: Progress) -> bool:
     """Step 1: the export inputs, their dynamic dims and names (False: the row says why)."""
     obs = entry.observer
+    if not obs.num_obs() and obs.refusal is None:  # else the refusal says why
+        result.status, result.cause = STATUS_OBSERVE_FAILED, never_called(entry.method_name)
+        result.error = result.cause.summary
+        progress(f"{entry.name}: {result.cause.summary}")
+        return False
     try:
         result.inputs = obs.input_summaries(entry.set_batch_dimension_for)
         names = name_dims(obs, entry.set_batch_dimension_for)
@@ -130,7 +136,8 @@ def infer_inputs(entry: registry.ObservedModel, result: ModelResult, progress: P
     except Exception as e:
         result.status, result.error = STATUS_OBSERVE_FAILED, error_tail(e)
         result.cause = explain_exception(e, observer=obs)
-        progress(f"{entry.name}: cannot infer export inputs: {result.error}")
+        headline = f"{entry.name}: cannot infer export inputs: {result.cause.summary}"
+        log_failure(headline, result.error, f"{entry.name}: the error", progress)
         return False
     return True
 
@@ -219,7 +226,9 @@ def export_failed(entry: registry.ObservedModel, result: ModelResult, progress: 
     result.error = error if len(result.graphs) == 1 else f"graph {g.name}: {error}"
     result.cause = g.export.cause if g.export else None
     result.warnings = graph_warnings(result)
-    progress(f"{entry.name}: export failed: {result.error[-300:]}")
+    summary = result.cause.summary if result.cause else error_headline(result.error)
+    headline = f"{entry.name}: export failed: {summary}"
+    log_failure(headline, result.error, f"{entry.name}: the error", progress)
     return True
 
 

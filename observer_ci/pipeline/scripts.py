@@ -15,7 +15,7 @@ from pathlib import Path
 
 from observer_ci.core.errors import ANSI_ESCAPE, traceback_tail
 from observer_ci.core.journal import JournalWriter
-from observer_ci.core.logs import log_group, quiet_third_party
+from observer_ci.core.logs import log_failure, log_group, quiet_pipeline, quiet_third_party
 from observer_ci.core.logs import progress as progress_line
 from observer_ci.core.results import (
     STATUS_OBSERVE_FAILED,
@@ -41,7 +41,7 @@ def run_scripts(
     out_dir: str | os.PathLike[str],
     *,
     config: RunConfig | None = None,
-    label: str = "head",
+    label: str = "",
     progress: Progress = progress_line,
     verbose: bool = False,
     journal: str | os.PathLike[str] | None = None,
@@ -79,7 +79,9 @@ def run_scripts(
         ):
             if writer:
                 writer.start(script)
-            models = run_script(script, out, config=config, progress=progress, state=start)
+            models = run_script(
+                script, out, config=config, progress=progress, state=start, verbose=verbose
+            )
             by_script[position] = models
             if writer:
                 writer.done(script, models)
@@ -111,9 +113,11 @@ def run_script(
     config: RunConfig,
     progress: Progress = progress_line,
     state: ScriptState | None = None,
+    verbose: bool = False,
 ) -> list[ModelResult]:
     """Executes one observation script, then processes what it registered; the script starts
-    in ``state`` (default: the current one) and its models are processed in it."""
+    in ``state`` (default: the current one) and its models are processed in it (libraries
+    quiet meanwhile unless ``verbose``)."""
     state = state or ScriptState.capture()
     progress(f"running {script}")
     forget_weight_digests()  # user code runs next: weights may change unseen
@@ -134,13 +138,17 @@ def run_script(
                 error=script_traceback(e, script),
                 cause=explain_script_error(e),
             )
-            progress(f"{script} raised {type(e).__name__}: {e}")
+            headline = failure.cause.summary if failure.cause else type(e).__name__
+            log_failure(
+                f"{script} failed: {headline}", failure.error, f"{script}: traceback", progress
+            )
     script_seconds = time.perf_counter() - begin
     entries = registry.take_registered()
     models = []
     with _heap_frozen():
         for entry in entries:
-            with log_group(f"observer-ci: model {entry.name}"):
+            # no group: one line per phase, a failure's raw text in a group of its own
+            with quiet_pipeline(verbose):
                 models.append(_process_safely(entry, out_dir, config=config, progress=progress))
     for m in models:
         m.phase_seconds["script"] = script_seconds
@@ -178,7 +186,12 @@ def _process_safely(
     try:
         return process_model(entry, out_dir, config=config.for_model(entry.name), progress=progress)
     except Exception as e:
-        progress(f"{entry.name}: cannot be processed: {type(e).__name__}: {e}")
+        log_failure(
+            f"{entry.name}: observer-ci could not process this model ({type(e).__name__})",
+            traceback_tail(e, 12),
+            f"{entry.name}: traceback",
+            progress,
+        )
         return ModelResult(
             name=entry.name,
             script=entry.script,

@@ -1161,6 +1161,13 @@ def render_report(
     return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
 
+def report_files(out: Path, base: RunResults | None, *, write_results: bool = True) -> str:
+    """What :func:`write_report_files` writes, for a "wrote ..." line: ``a, b and c``."""
+    names = ["results.json", "base-results.json"] if base is not None else ["results.json"]
+    paths = [str(out / n) for n in (names if write_results else [])] + [str(out / "report.md")]
+    return ", ".join(paths[:-1]) + (" and " if len(paths) > 1 else "") + paths[-1]
+
+
 def write_report_files(
     out: Path,
     head: RunResults,

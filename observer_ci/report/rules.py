@@ -62,7 +62,13 @@ class Rule:
 
 RULE_TABLE: tuple[Rule, ...] = (
     Rule("script_failed", "status", True, "an observation script (or install) failed"),
-    Rule("export_failed", "status", True, "argument inference or torch.onnx.export failed"),
+    Rule(
+        "observe_failed",
+        "status",
+        True,
+        "no export signature from the observed calls (no call at all, or calls that disagree)",
+    ),
+    Rule("export_failed", "status", True, "torch.onnx.export failed"),
     Rule("ort_failed", "status", True, "onnxruntime failed on an observed call"),
     Rule("discrepancy", "error", True, "worst abs/rel error over abs_max/rel_max"),
     Rule(
@@ -122,11 +128,10 @@ MIB = 1 << 20
 GROWTH_FLOOR = 1e-7  # base values at or below this are noise: growth rules defer to abs_max
 STILL_FAILING = "still failing"
 
-# Failed model status -> rule. Observation (argument / dynamic-shape inference)
-# failures prevent the export, so they count as export failures.
+# Failed model status -> rule: each status its rule of the same name.
 _FAILURE_RULE = {
     STATUS_SCRIPT_FAILED: "script_failed",
-    STATUS_OBSERVE_FAILED: "export_failed",
+    STATUS_OBSERVE_FAILED: "observe_failed",
     STATUS_EXPORT_FAILED: "export_failed",
     STATUS_ORT_FAILED: "ort_failed",
 }

@@ -238,7 +238,7 @@ def assert_results_on_disk(run: Run) -> None:
     """results.json and report.md exist, agree with each other, and the summary holds the report."""
     results = run.results
     assert [m.name for m in results.models] == ["mlp_classifier"], run.log
-    assert results.label == "head"
+    assert results.label == ""  # no label given: none shown
     report = run.report
     assert report.startswith(MARKER + "\n"), report[:200]
     assert "| mlp_classifier |" in report  # the summary table, raw Markdown readable
@@ -837,7 +837,7 @@ def test_bad_input_exits_2_with_a_clear_error_and_no_traceback(bad_input_runs, n
     assert expected in errors[0]
     assert "Traceback" not in run.stderr + run.stdout
     assert not run.out.exists()  # nothing ran
-    assert run.output_file.read_text(encoding="utf-8") == ""
+    assert run.outputs == {"status": "bad-input"}  # written on this exit path too
     assert run.requests == []
     summary = run.summary.read_text(encoding="utf-8")
     assert "bad input" in summary and expected.split("'")[0] in summary

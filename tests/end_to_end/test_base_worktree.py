@@ -104,7 +104,7 @@ def test_base_commit_runs_in_a_worktree_and_node_growth_fails_the_build(pr_repo,
     assert proc.returncode == 1, proc.stdout + proc.stderr
     head = RunResults.read(out / "results.json")
     base = RunResults.read(out / "base-results.json")
-    assert base.label == "base" and head.label == "head"
+    assert base.label == "base" and head.label == ""  # the user gave no label
     head_nodes = head.by_name()["net"].export.node_count
     base_nodes = base.by_name()["net"].export.node_count
     assert head_nodes > 2 * base_nodes

@@ -8,9 +8,11 @@ import json
 import os
 import re
 import shlex
+import site
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 import yaml
@@ -251,6 +253,30 @@ def _closure(extras: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
+def see_this_environment(python: Path) -> None:
+    """Makes the virtualenv of ``python`` see the packages of the environment running the
+    tests (its site directories, their ``.pth`` files included), as ``--system-site-packages``
+    would for the base interpreter: the project's ``.venv`` when ``make test`` made one, never
+    the base interpreter's packages (an old setuptools, no torch)."""
+    code = "import site, sys; print(site.getsitepackages()[0]); print(sys.prefix)"
+    own = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    own_site = Path(own.stdout.splitlines()[0])
+    lines = [f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()]
+    (own_site / "_observer_ci_test_env.pth").write_text("\n".join(lines) + "\n")
+
+
+def test_the_nested_environment_sees_the_test_environment_not_the_base(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    see_this_environment(python)
+    code = "import setuptools, torch; print(setuptools.__file__); print(torch.__file__)"
+    seen = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    for line, module in zip(seen.stdout.splitlines(), ("setuptools", "torch")):
+        here = Path(__import__(module).__file__).resolve()
+        assert Path(line).resolve() == here, (module, line, here)
+
+
 @pytest.fixture(scope="module")
 def image_install(tmp_path_factory) -> dict:
     """The Dockerfile's second install step, run as the Dockerfile runs it, in a fresh
@@ -259,11 +285,9 @@ def image_install(tmp_path_factory) -> dict:
     and nothing else, so every pin agrees with what is installed."""
     _, rest = dockerfile_pip_installs()
     venv = tmp_path_factory.mktemp("image") / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
-        check=True,
-    )
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    see_this_environment(python)
     report = venv.parent / "report.json"
     offline = ["--no-index", "--no-build-isolation", "--quiet", "--report", str(report)]
     proc = subprocess.run(
@@ -344,10 +368,10 @@ def test_ci_caches_pip_installs_the_cpu_wheel_and_runs_the_readme_command():
     assert setup["with"]["cache"] == "pip"
     assert "constraints.txt" in setup["with"]["cache-dependency-path"]
     runs = [s.get("run", "") for s in steps]
-    (torch_step,) = [r for r in runs if "torch==" in r]
-    assert f"torch=={pins()['torch']}+cpu" in torch_step and "$TORCH_INDEX_URL" in torch_step
+    assert "make test" in runs and not [r for r in runs if "torch==" in r]  # make installs it
     assert workflow("ci.yml")["env"]["TORCH_INDEX_URL"] == CPU_INDEX
-    assert runs.index(torch_step) < runs.index("make test")
+    install = (ROOT / "tools" / "install.py").read_text()
+    assert f'CPU_INDEX = "{CPU_INDEX}"' in install and "TORCH_INDEX_URL" in install
 
 
 def test_the_publish_workflow_never_runs_pull_request_code():

@@ -115,7 +115,7 @@ def test_identical_runs_have_no_regressions():
     [
         ("script_failed", "script_failed"),
         ("export_failed", "export_failed"),
-        ("observe_failed", "export_failed"),
+        ("observe_failed", "observe_failed"),
         ("ort_failed", "ort_failed"),
     ],
 )
@@ -127,7 +127,9 @@ def test_failure_rules_fire_when_base_was_fine(status, rule):
     assert (reg.base_value, reg.head_value) == ("ok", status)
 
 
-@pytest.mark.parametrize("status", ["script_failed", "export_failed", "ort_failed"])
+@pytest.mark.parametrize(
+    "status", ["script_failed", "observe_failed", "export_failed", "ort_failed"]
+)
 def test_failure_rules_fire_without_base(status):
     reg = only(check(model(status=status, observations=[]), None), status)
     assert reg.fails_build
