@@ -110,7 +110,7 @@ def main(
             from observer_ci.action.publish import publish
 
             return publish(settings, github_client(settings))
-        if settings.event_name == "issue_comment":  # an accept command: re-judge, run nothing
+        if settings.rejudges:  # an accept command: re-judge, run nothing
             from observer_ci.action.verdict import rejudge
 
             return rejudge(settings, github_client(settings))

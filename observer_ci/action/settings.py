@@ -230,12 +230,18 @@ class Settings:
     def check_scripts(self) -> None:
         """Run mode: every script path and glob names a readable file in the workspace,
         else :class:`SettingsError` (exit 2 before anything runs) naming what matched."""
-        if self.mode != MODE_RUN:
+        if self.mode != MODE_RUN or self.rejudges:
             return
         try:
             resolve_scripts(self.scripts, self.workspace)
         except ScriptPathError as e:
             raise SettingsError(f"input 'script': {e}") from e
+
+    @property
+    def rejudges(self) -> bool:
+        """An ``issue_comment`` event (an accept command) re-judges the last report and runs
+        no script (``action/verdict.py``)."""
+        return self.mode == MODE_RUN and self.event_name == "issue_comment"
 
     @property
     def run_url(self) -> str | None:
