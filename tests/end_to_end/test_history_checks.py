@@ -10,6 +10,8 @@
 - accept: a comment from a user with read permission is refused; the same command from a
   maintainer (``issue_comment`` event, nothing run) turns a new check run ``neutral``, and the
   comment names who accepted what; the label on another pull request does so in run mode.
+- publish mode applies the same acceptances (a reader refused, a maintainer neutral);
+  ``history+base`` fetches the history and re-runs the base in one job.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import dataclasses
 import io
 import json
 import os
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -368,3 +371,58 @@ def test_publish_mode_applies_a_maintainers_accept_and_refuses_a_reader(push_run
     assert escape_text(f"accepted by @{MAINTAINER} (comment, ") in body
     assert escape_text("node_count_growth on net") in body
     assert body.count("observer-ci:accept-section") == 1
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_history_plus_base_fetches_the_history_and_reruns_the_base(push_run, gh, tmp_path):
+    """``baseline: history+base``: main's history downloaded (band, trend) and the base commit
+    re-run in the same job; node count is judged against the base re-run (2 layers), not
+    main's history (1 layer), and latency by the paired timing (README, History)."""
+    repo = workspace(tmp_path / "repo", layers=2)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", "add", "-A")
+    git(repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", "commit", "-qm", "b")
+    base_sha = git(repo, "rev-parse", "HEAD")
+    workspace(repo, layers=4)
+    git(repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", "commit", "-qam", "h")
+    head_sha = git(repo, "rev-parse", "HEAD")
+    gh.more.add_commits(OWNER, REPO, [(base_sha, [C3])])  # main's run nearest to it: C3
+    number = 12
+    gh.add_pull(OWNER, REPO, number, head_sha=head_sha, head_repository=f"{OWNER}/{REPO}")
+    event = pr_event(number, head_sha)
+    event["pull_request"]["base"]["sha"] = base_sha
+    since = len(gh.requests)
+    ran = act(
+        tmp_path / "job",
+        gh,
+        "pull_request",
+        event,
+        GITHUB_WORKSPACE=str(repo),
+        INPUT_BASELINE="history+base",
+    )
+    assert ran.code == 1, ran.stdout  # node_count_growth, 4 layers against 2
+    zips = [r.path.split("/")[-2] for r in gh.requests[since:] if r.path.endswith("/zip")]
+    assert len(zips) == 3  # the history of C3, C2, C1
+    base = RunResults.read(ran.out / "base" / "results.json")
+    head = RunResults.read(ran.out / "results.json")
+    main_nodes = RunResults.read(Path(push_run.outputs["history_path"]) / "results.json")
+    nodes = {
+        "main": main_nodes.by_name()["net"].export.node_count,
+        "base": base.by_name()["net"].export.node_count,
+        "head": head.by_name()["net"].export.node_count,
+    }
+    assert nodes["main"] < nodes["base"] < nodes["head"], nodes
+    assert head.by_name()["net"].paired_latency is not None  # the pair ran: latency from it
+    report = (ran.out / "report.md").read_text(encoding="utf-8")
+    assert "### Trend" in report  # drawn from the history
+    assert "percentile band" not in report  # the band is not what judged latency
+    (row,) = [
+        line
+        for line in report.splitlines()
+        if "| node_count_growth |" in line.replace("&#95;", "_")
+    ]
+    assert f"| {nodes['base']} |" in row and f"| {nodes['main']} |" not in row, row
