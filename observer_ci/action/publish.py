@@ -6,8 +6,9 @@ is never hidden by a green one). Nothing of the pull request is checked out or r
 the payloads are untrusted (:mod:`observer_ci.action.artifact` validates them), the report is
 re-rendered from their ``results.json``, and before posting, the API must confirm that the
 pull request belongs to the run the payload came from. Then the maintainers' acceptances on
-that pull request are applied as run mode applies them (:func:`~observer_ci.action.verdict.
-accept_in_run`): the comment gets the accept section, the check run turns ``neutral``.
+that pull request are applied as run mode applies them
+(:func:`observer_ci.action.verdict.accept_in_run`): the comment gets the accept section and
+the check run turns ``neutral``.
 """
 
 from __future__ import annotations
