@@ -11,6 +11,7 @@ from hypothesis import settings
 
 from observer_ci.github.client import GitHubClient
 from tests.support.fake_github import DEFAULT_TOKEN, FakeGitHub
+from tests.support.logging_state import package_logger_kept
 
 # Property tests are reproducible (the same examples on every run, in CI and under mutation
 # testing) and leave no example database in the work tree.
@@ -68,3 +69,12 @@ def log_lines(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[st
     caplog.set_level(logging.INFO, logger="observer_ci")
     yield lambda: [r.getMessage() for r in caplog.records if r.name.startswith("observer_ci")]
     package.propagate = propagate
+
+
+@pytest.fixture(autouse=True)
+def _package_logger_restored() -> Iterator[None]:
+    """Whatever a test's in-process code configures on the package logger (``progress`` and
+    the action call ``configure()``) is undone after it (module-scoped runs of the action
+    undo it themselves: ``package_logger_kept`` in their helper)."""
+    with package_logger_kept():
+        yield

@@ -5,7 +5,10 @@ a read-only token), and by one job after a matrix (the legs' results merged: a r
 is never hidden by a green one). Nothing of the pull request is checked out or run here;
 the payloads are untrusted (:mod:`observer_ci.action.artifact` validates them), the report is
 re-rendered from their ``results.json``, and before posting, the API must confirm that the
-pull request belongs to the run the payload came from.
+pull request belongs to the run the payload came from. Then the maintainers' acceptances on
+that pull request are applied as run mode applies them
+(:func:`observer_ci.action.verdict.accept_in_run`): the comment gets the accept section and
+the check run turns ``neutral``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from observer_ci.action.check_run import SUMMARY_MAX_CHARS, CheckRun
 from observer_ci.action.comment import post_report
 from observer_ci.action.main import write_and_summarise, write_outputs
 from observer_ci.action.settings import EventFacts, Settings
+from observer_ci.action.verdict import accept_in_run, with_section
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.constants import (
     COMMENT_FAILED,
@@ -75,20 +79,22 @@ def publish(settings: Settings, client: GitHubClient) -> int:
         label="",
     )
     regressions = compare(combined.head, combined.base, combined.thresholds, combined.fail_on)
+    refused = _refusal(target, client)
+    # only once the pull request is confirmed as the payload's are its comments read
+    accepted = accept_in_run(target, client, regressions) if refused is None else None
+    regressions = accepted.regressions if accepted is not None else regressions
     try:
         outputs, render = write_and_summarise(
             target, combined.head, combined.base, regressions, combined.head.label
         )
     except Exception as e:  # validated, yet the renderer chokes: still untrusted data
         return _reject(settings, f"the results could not be rendered ({type(e).__name__})")
-    if _will_post(target):
-        try:
-            verify_origin(target, client)
-        except Rejected as e:
-            level = "error" if e.status == COMMENT_REJECTED else "warning"
-            workflow.command(level, f"not posting: {e}")
-            write_outputs(settings, {**outputs, "comment_status": e.status})
-            return EXIT_REJECTED if e.status == COMMENT_REJECTED else 0
+    if refused is not None:
+        level = "error" if refused.status == COMMENT_REJECTED else "warning"
+        workflow.command(level, f"not posting: {refused}")
+        write_outputs(settings, {**outputs, "comment_status": refused.status})
+        return EXIT_REJECTED if refused.status == COMMENT_REJECTED else 0
+    render = with_section(render, accepted)
     outputs.update(post_report(target, client, render))
     check = CheckRun(target)  # the head commit's check run, completed at once
     outputs.update(check.finish(client, regressions, render(SUMMARY_MAX_CHARS), combined.head))
@@ -144,6 +150,17 @@ def _merged(parts: list[Part]) -> tuple[RunResults, RunResults | None]:
             f"{len(with_base)} of {len(parts)} legs had a baseline: compared without one"
         )
     return head, None
+
+
+def _refusal(settings: Settings, client: GitHubClient) -> Rejected | None:
+    """Why the report must not be posted (:func:`verify_origin`), or None."""
+    if not _will_post(settings):
+        return None
+    try:
+        verify_origin(settings, client)
+    except Rejected as e:
+        return e
+    return None
 
 
 def _will_post(settings: Settings) -> bool:

@@ -10,6 +10,8 @@
 - accept: a comment from a user with read permission is refused; the same command from a
   maintainer (``issue_comment`` event, nothing run) turns a new check run ``neutral``, and the
   comment names who accepted what; the label on another pull request does so in run mode.
+- publish mode applies the same acceptances (a reader refused, a maintainer neutral);
+  ``history+base`` fetches the history and re-runs the base in one job.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import contextlib
 import dataclasses
 import io
 import json
-import logging
 import os
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from observer_ci.report.escape import escape_text
 from observer_ci.report.rules import DEFAULT_FAIL_ON
 from tests.support import REPO_ROOT
 from tests.support.fake_github import FakeGitHub
+from tests.support.logging_state import package_logger_kept
 
 TOKEN = "ghs_historyChecksToken0123456789"
 OWNER, REPO = "octo", "models"
@@ -121,19 +124,6 @@ def act(tmp: Path, gh: FakeGitHub, event_name: str, event: dict, **inputs: str) 
     with contextlib.redirect_stdout(stdout), package_logger_kept():
         code = action.main(env)
     return Ran(code, stdout.getvalue(), read_outputs(output), out)
-
-
-@contextlib.contextmanager
-def package_logger_kept() -> Iterator[None]:
-    """``main`` configures the package logger for a process of its own: undo that, so later
-    test files' ``caplog`` still sees its records."""
-    package = logging.getLogger("observer_ci")
-    handlers, propagate, level = list(package.handlers), package.propagate, package.level
-    try:
-        yield
-    finally:
-        package.handlers[:], package.propagate = handlers, propagate
-        package.setLevel(level)
 
 
 def read_outputs(path: Path) -> dict[str, str]:
@@ -332,3 +322,107 @@ def test_publish_mode_writes_the_check_run_completed_at_once(push_run, gh, tmp_p
     assert check["status"] == "completed" and check["conclusion"] == "failure"
     assert check["updates"] == 0  # created completed, in one request
     assert [a["title"] for a in check["annotations"]] == ["export_failed: net"]
+
+
+def publish_job(tmp: Path, gh: FakeGitHub, payload_dir: Path, run_id: int) -> Ran:
+    event = {"action": "completed", "workflow_run": {"id": run_id}}
+    return act(
+        tmp,
+        gh,
+        "workflow_run",
+        event,
+        INPUT_MODE="publish",
+        INPUT_PAYLOAD_DIR=str(payload_dir),
+        GITHUB_WORKSPACE=str(tmp),
+    )
+
+
+def test_publish_mode_applies_a_maintainers_accept_and_refuses_a_reader(push_run, gh, tmp_path):
+    """A fork's pull request: its node count grew; a reader's accept is refused (the check
+    stays ``failure``), the same command from a maintainer turns the next publish ``neutral``."""
+    head_sha, run_id, number = "e" * 40, 4322, 11
+    base = RunResults.read(Path(push_run.outputs["history_path"]) / "results.json")
+    net = base.by_name()["net"]
+    assert net.export is not None and net.export.node_count
+    export = dataclasses.replace(net.export, node_count=net.export.node_count * 3)
+    head = dataclasses.replace(base, models=[dataclasses.replace(net, export=export)])
+    fail_on = frozenset({*DEFAULT_FAIL_ON, "node_count_growth"})
+    payload = Payload(number, head_sha, str(run_id), fail_on=fail_on)
+    write_payload(tmp_path / "payload", payload, head, base)
+    gh.add_run(OWNER, REPO, run_id, head_sha=head_sha, pull_requests=(number,))
+    command = "/observer-ci accept node_count_growth net"
+
+    gh.seed_comments(OWNER, REPO, number, 1, lambda i: command, login=READER)
+    refused = publish_job(tmp_path / "first", gh, tmp_path / "payload", run_id)
+    assert refused.code == 0 and refused.outputs["status"] == "failure", refused.stdout
+    assert checks_on(gh, head_sha)[-1]["conclusion"] == "failure"
+    body = sticky(gh, number)["body"]
+    assert "refused" in body and READER in body and "read permission" in body
+    assert "accepted by" not in body
+
+    gh.seed_comments(OWNER, REPO, number, 1, lambda i: command, login=MAINTAINER)
+    accepted = publish_job(tmp_path / "second", gh, tmp_path / "payload", run_id)
+    assert accepted.code == 0 and accepted.outputs["comment_status"] == "updated"
+    assert accepted.outputs["status"] == "success" and accepted.outputs["regressions"] == "0"
+    checks = checks_on(gh, head_sha)
+    assert [c["conclusion"] for c in checks] == ["failure", "neutral"]
+    assert [a["annotation_level"] for a in checks[-1]["annotations"]] == ["notice"]
+    body = sticky(gh, number)["body"]
+    assert escape_text(f"accepted by @{MAINTAINER} (comment, ") in body
+    assert escape_text("node_count_growth on net") in body
+    assert body.count("observer-ci:accept-section") == 1
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_history_plus_base_fetches_the_history_and_reruns_the_base(push_run, gh, tmp_path):
+    """``baseline: history+base``: main's history downloaded (band, trend) and the base commit
+    re-run in the same job; node count is judged against the base re-run (2 layers), not
+    main's history (1 layer), and latency by the paired timing (README, History)."""
+    repo = workspace(tmp_path / "repo", layers=2)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", "add", "-A")
+    git(repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", "commit", "-qm", "b")
+    base_sha = git(repo, "rev-parse", "HEAD")
+    workspace(repo, layers=4)
+    git(repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", "commit", "-qam", "h")
+    head_sha = git(repo, "rev-parse", "HEAD")
+    gh.more.add_commits(OWNER, REPO, [(base_sha, [C3])])  # main's run nearest to it: C3
+    number = 12
+    gh.add_pull(OWNER, REPO, number, head_sha=head_sha, head_repository=f"{OWNER}/{REPO}")
+    event = pr_event(number, head_sha)
+    event["pull_request"]["base"]["sha"] = base_sha
+    since = len(gh.requests)
+    ran = act(
+        tmp_path / "job",
+        gh,
+        "pull_request",
+        event,
+        GITHUB_WORKSPACE=str(repo),
+        INPUT_BASELINE="history+base",
+    )
+    assert ran.code == 1, ran.stdout  # node_count_growth, 4 layers against 2
+    zips = [r.path.split("/")[-2] for r in gh.requests[since:] if r.path.endswith("/zip")]
+    assert len(zips) == 3  # the history of C3, C2, C1
+    base = RunResults.read(ran.out / "base" / "results.json")
+    head = RunResults.read(ran.out / "results.json")
+    main_nodes = RunResults.read(Path(push_run.outputs["history_path"]) / "results.json")
+    nodes = {
+        "main": main_nodes.by_name()["net"].export.node_count,
+        "base": base.by_name()["net"].export.node_count,
+        "head": head.by_name()["net"].export.node_count,
+    }
+    assert nodes["main"] < nodes["base"] < nodes["head"], nodes
+    assert head.by_name()["net"].paired_latency is not None  # the pair ran: latency from it
+    report = (ran.out / "report.md").read_text(encoding="utf-8")
+    assert "### Trend" in report  # drawn from the history
+    assert "percentile band" not in report  # the band is not what judged latency
+    (row,) = [
+        line
+        for line in report.splitlines()
+        if "| node_count_growth |" in line.replace("&#95;", "_")
+    ]
+    assert f"| {nodes['base']} |" in row and f"| {nodes['main']} |" not in row, row

@@ -42,6 +42,7 @@ from observer_ci.report.escape import ZWJ
 from observer_ci.report.rules import DEFAULT_FAIL_ON, Thresholds
 from tests.support import REPO_ROOT
 from tests.support.fake_github import FakeGitHub
+from tests.support.logging_state import package_logger_kept
 
 ENTRYPOINT = REPO_ROOT / "entrypoint.py"
 TOKEN = "ghs_publishSecretToken0123456789abcdef"
@@ -151,7 +152,11 @@ def publish(
     }
     if not subprocess_run:
         stdout, stderr = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with (
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            package_logger_kept(),
+        ):
             code = action.main(env)
         return Published(code, stdout.getvalue(), stderr.getvalue(), read_outputs(output_file), out)
     proc = subprocess.run(

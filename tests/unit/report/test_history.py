@@ -3,6 +3,7 @@ identical reruns quiet, a 2x slower model flagged, a trend chart, bad files skip
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -85,3 +86,35 @@ def test_the_trend_is_a_mermaid_chart_with_the_pull_request_last(tmp_path):
     title = _label('x"]\n    line [9999] <b>@someone</b>')  # a title cannot break out
     assert not set(title) & set('"[]<>@\n')
     assert trend_section(read_history(tmp_path / "run-0"), run()) == ""
+
+
+def test_history_plus_base_latency_from_the_pair_else_the_band_the_rest_from_base(tmp_path):
+    """``baseline: history+base`` (action run mode): the base re-run is the ``base`` of every
+    rule, the history gives the band. Latency: the paired timing when there is one (same
+    machine, interleaved), the band only without it; node count against the base re-run."""
+    from observer_ci.core.results import PairedLatency
+    from tests.support.builders import export
+
+    write_history(tmp_path, 20)  # node count 100 on main's history
+    history = read_history(tmp_path, last=20)
+    base_run = run(
+        model("mlp", export=export(node_count=300), observations=timed("mlp", 1e-3).observations)
+    )
+    head_model = model(
+        "mlp", export=export(node_count=300), observations=timed("mlp", 2e-3).observations
+    )
+    head_model.paired_latency = PairedLatency(1.0, 2e-3, 2e-3, 0.95, 1.05, rounds=7, calls=3)
+    rules = set(RULES)
+
+    def found(head):
+        regs = compare(run(head), base_run, Thresholds(), rules, bands=history.bands)
+        return {r.rule: r for r in regs}
+
+    paired = found(head_model)
+    assert "node_count_growth" not in paired  # 300 against the base re-run, not main's 100
+    against_main = compare(run(head_model), history.latest, Thresholds(), rules)
+    assert "node_count_growth" in {r.rule for r in against_main}  # what history alone says
+    assert "latency_ratio" not in paired  # the pair says x1: the band (x2) is not consulted
+    unpaired = dataclasses.replace(head_model, paired_latency=None)
+    banded = found(unpaired)["latency_ratio"]
+    assert "last 20 main runs" in banded.message and "percentile band" in banded.message
