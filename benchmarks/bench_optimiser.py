@@ -31,8 +31,10 @@ def measure(layers: int, hidden: int, tmp: Path) -> dict[str, float]:
     import torch
     import transformers
 
+    from observer_ci.observing.pytrees import register_transformers_pytrees
     from observer_ci.pipeline.onnx_exporter import onnx_export
 
+    register_transformers_pytrees()  # the returned DynamicCache as a pytree
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=1000,
