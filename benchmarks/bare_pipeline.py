@@ -148,9 +148,7 @@ def llama(out: Path, hidden: int = 0, layers: int = 0) -> float:
 
     def before(module, args, kwargs):
         cache = kwargs.get("past_key_values")
-        kept = [
-            (la.keys, la.values) for la in getattr(cache, "layers", []) if la.keys is not None
-        ]
+        kept = [(la.keys, la.values) for la in getattr(cache, "layers", []) if la.keys is not None]
         # distinct empty tensors: one tensor fed as several inputs is exported as one
         pairs = [(k.clone(), v.clone()) for k, v in kept] or [
             (torch.zeros(2, kv_heads, 0, head_dim), torch.zeros(2, kv_heads, 0, head_dim))
