@@ -6,7 +6,9 @@ For each rung it prints, per run (cold, then a cache hit): wall and CPU seconds,
 of the child process and its ratio to the float32 weights (target <= 2.5x), the replay's
 share of the run (target < 10% at the top), and hit / cold wall (targets: <= 0.3x small,
 <= 0.2x at 600M). The load average is printed with each row: read figures from a loaded
-machine as such. Random weights from tiny configs scaled up; no hub download. Prints
+machine as such. On the Llama rungs the bare pipeline (``bare_pipeline.py ladder-llama``,
+the same model) runs too, and each row shows its ratios to it (``--no-bare`` skips it).
+Results: notes/ladder.md. Random weights from tiny configs scaled up; no hub download. Prints
 figures, asserts nothing. Run:
     python benchmarks/bench_ladder.py [--sizes 5,50,200,600] [--families llama,t5]
 """
