@@ -4,6 +4,7 @@ dynamic shapes, replay every call in onnxruntime and compare. The yardstick of
 ``bench_speed.py``; prints its phases' seconds as JSON (``phases: {...}``), the export and
 the replay timed, the script being the rest of the example's function.
 Run: python benchmarks/bare_pipeline.py mlp|text|llama OUT_DIR
+  or python benchmarks/bare_pipeline.py ladder-llama OUT_DIR HIDDEN LAYERS
 """
 
 from __future__ import annotations
@@ -117,36 +118,41 @@ def text(out: Path) -> float:
     return replay(path, feeds, [[o["hidden"].numpy(), o["pooled"].numpy()] for o in outputs])
 
 
-def llama(out: Path) -> float:
+def llama(out: Path, hidden: int = 0, layers: int = 0) -> float:
+    """The Llama example; ``hidden``/``layers`` given: a rung of ``bench_ladder.py`` (vocab
+    32000, 3 new tokens, every call kept), as that benchmark's script builds it."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from observer_ci.observing.pytrees import make_dynamic_cache, register_transformers_pytrees
 
     register_transformers_pytrees()  # DynamicCache as a pytree: the export needs it
+    vocab = 32000 if hidden else 1000
+    hidden, layers = hidden or 64, layers or 2
+    heads, kv_heads = (max(2, hidden // 64), max(1, hidden // 128)) if vocab > 1000 else (4, 2)
     config = LlamaConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 3 if vocab > 1000 else 128,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=256,
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
-    input_ids = torch.randint(3, 1000, (2, 5))
+    input_ids = torch.randint(3, vocab, (2, 12 if vocab > 1000 else 5))
+    head_dim = hidden // heads
     calls: list[dict] = []
     outputs: list[np.ndarray] = []
     names = ("input_ids", "attention_mask", "position_ids")
 
     def before(module, args, kwargs):
         cache = kwargs.get("past_key_values")
-        layers = [
-            (la.keys, la.values) for la in getattr(cache, "layers", []) if la.keys is not None
-        ]
+        kept = [(la.keys, la.values) for la in getattr(cache, "layers", []) if la.keys is not None]
         # distinct empty tensors: one tensor fed as several inputs is exported as one
-        pairs = [(k.clone(), v.clone()) for k, v in layers] or [
-            (torch.zeros(2, 2, 0, 16), torch.zeros(2, 2, 0, 16)) for _ in range(2)
+        pairs = [(k.clone(), v.clone()) for k, v in kept] or [
+            (torch.zeros(2, kv_heads, 0, head_dim), torch.zeros(2, kv_heads, 0, head_dim))
+            for _ in range(layers)
         ]
         calls.append({**{n: kwargs[n].clone() for n in names}, "pairs": pairs})
 
@@ -159,7 +165,7 @@ def llama(out: Path) -> float:
         model.generate(
             input_ids,
             attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=5,  # as the example: 5 forward calls, the first 3 kept
+            max_new_tokens=5 if vocab == 1000 else 3,  # the example: 5 calls, the first 3 kept
             do_sample=False,
             pad_token_id=0,
         )
@@ -173,7 +179,7 @@ def llama(out: Path) -> float:
     both = {0: DYNAMIC, 1: DYNAMIC}
     cache_dims = {0: DYNAMIC, 2: DYNAMIC}
     dims = {n: both for n in names}
-    dims["past_key_values"] = [[cache_dims, cache_dims], [cache_dims, cache_dims]]
+    dims["past_key_values"] = [[cache_dims] * layers, [cache_dims] * layers]
     dims["logits_to_keep"] = None
     path = out / "llama.onnx"
     export(model, (), kwargs, dims, path)
@@ -191,7 +197,10 @@ def main() -> None:
     which, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     begin = time.perf_counter()
-    worst = {"mlp": mlp, "text": text, "llama": llama}[which](out)
+    if which == "ladder-llama":  # ladder-llama OUT HIDDEN LAYERS (bench_ladder.py)
+        worst = llama(out, int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        worst = {"mlp": mlp, "text": text, "llama": llama}[which](out)
     PHASES["script"] = time.perf_counter() - begin - PHASES["export"] - PHASES["replay"]
     print(f"{which}: max abs diff {worst:.2e}")
     print("phases: " + json.dumps(PHASES))

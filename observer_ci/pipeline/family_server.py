@@ -11,6 +11,7 @@ from typing import Any
 from observer_ci.core.cache_inputs import is_media_input
 from observer_ci.core.constants import DEFAULT_OPSET
 from observer_ci.core.errors import error_tail
+from observer_ci.core.exceptions import MergeError
 from observer_ci.core.results import (
     Diagnosis,
     ExportResult,
@@ -581,8 +582,7 @@ class FamilyServer:
         if any(is_media_input(name) for name in only_first):
             return None  # a prefill taking image inputs the decode steps never pass
         from observer_ci.pipeline.diff import flatten_outputs, max_diff
-        from observer_ci.pipeline.export import describe_onnx
-        from observer_ci.pipeline.merged_decoder import MERGED_NAME, merge_decoders, merged_feeds
+        from observer_ci.pipeline.merged_decoder import MERGED_NAME, merged_feeds
         from observer_ci.pipeline.replay import match_feeds
 
         path = self.path(MERGED_NAME)
@@ -593,7 +593,7 @@ class FamilyServer:
         begin = time.perf_counter()
         with self.phase("merge"):
             try:
-                facts = merge_decoders(past.export.onnx_path, first.export.onnx_path, path)
+                merged, facts = self._merged_file(past.export, first.export, path)
                 session = make_session(path, threads=self.config.threads)
                 worst = None
                 for family, use_cache in ((past, True), (first, False)):
@@ -616,18 +616,50 @@ class FamilyServer:
                 graph.reason = f"not merged: {error_tail(e, 300)}"
                 graph.success = False
                 return graph
-        graph.export = describe_onnx(path)
+        graph.export = merged
         graph.export.seconds = time.perf_counter() - begin
-        graph.reason = (
-            f"{ROLE_DECODER} and {ROLE_DECODER_WITH_PAST} behind one If on "
-            f"`use_cache_branch`: {facts.shared_initializers} initializers stored once "
-            f"({facts.bytes_saved} bytes saved)"
-        )
+        graph.reason = f"{ROLE_DECODER} and {ROLE_DECODER_WITH_PAST} behind one If on {facts}"
         self.progress(
             f"{self.entry.name} [{MERGED_NAME}]: merged, max abs {graph.abs} over "
             f"{len(graph.observation_indices)} calls"
         )
         return graph
+
+    def _merged_file(
+        self, past: ExportResult, first: ExportResult, path: Path
+    ) -> tuple[ExportResult, str]:
+        """The merged file at ``path`` through the export cache (keyed by both families'
+        keys: a hit rebuilds nothing), and what the merge shared, for the graph's reason."""
+
+        def build() -> ExportResult:
+            from observer_ci.pipeline.export import describe_onnx
+            from observer_ci.pipeline.merged_decoder import merge_decoders
+
+            facts = merge_decoders(past.onnx_path or "", first.onnx_path or "", path)
+            result = describe_onnx(path)
+            result.notes = [
+                f"{_MERGE_FACTS}`use_cache_branch`: {facts.shared_initializers} initializers "
+                f"stored once ({facts.bytes_saved} bytes saved)"
+            ]
+            return result
+
+        def key() -> str:
+            if not (past.cache_key and first.cache_key):
+                raise ValueError("a family without a cache key")
+            text = f"merged-decoder-v1 {past.cache_key} {first.cache_key}"
+            return hashlib.sha256(text.encode()).hexdigest()
+
+        cache_dir = self.config.cache_dir
+        result = cached_export(build, key, path, cache_dir, self.config.cache_max_bytes)
+        if not result.ok:
+            raise MergeError(result.error or "the merged decoder was not built")
+        facts = [n for n in result.notes if n.startswith(_MERGE_FACTS)]
+        result.notes = [n for n in result.notes if not n.startswith(_MERGE_FACTS)]
+        return result, facts[0][len(_MERGE_FACTS) :] if facts else "`use_cache_branch`"
+
+
+# how the merge's facts travel in the (cached) ExportResult's notes, removed on reading
+_MERGE_FACTS = "merge facts: "
 
 
 def _flags_for(observer: InputObserver, flags: Any) -> Any:

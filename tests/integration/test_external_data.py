@@ -50,8 +50,19 @@ def test_every_graph_keeps_its_weights_in_its_own_folder_and_matches(cold_and_hi
 
 def test_a_hit_restores_the_weights_beside_each_graph(cold_and_hit):
     cold, hit = cold_and_hit
-    for graph in (g for g in hit.graphs if g.name != MERGED_NAME):
+    for graph in hit.graphs:
         assert graph.export.cached
     cold_files = sorted(p.name for p in Path(cold.export.onnx_path).parent.iterdir())
     hit_files = sorted(p.name for p in Path(hit.export.onnx_path).parent.iterdir())
     assert hit_files == cold_files
+
+
+def test_a_hit_does_not_merge_the_decoders_again(cold_and_hit):
+    """The merged decoder is cached under both families' keys: a hit links it (and checks
+    it on every call) instead of streaming every tensor into a new file."""
+    cold, hit = cold_and_hit
+    cold_merged, hit_merged = ({g.name: g for g in m.graphs}[MERGED_NAME] for m in (cold, hit))
+    assert not cold_merged.export.cached and hit_merged.export.cached
+    assert hit_merged.export.node_count == cold_merged.export.node_count
+    assert hit_merged.reason == cold_merged.reason  # the merge's facts travel with the entry
+    assert hit_merged.success and hit_merged.abs == cold_merged.abs
