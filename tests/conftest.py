@@ -78,3 +78,11 @@ def _package_logger_restored() -> Iterator[None]:
     undo it themselves: ``package_logger_kept`` in their helper)."""
     with package_logger_kept():
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _package_logger_restored_per_module() -> Iterator[None]:
+    """The same for module-scoped fixtures that run the pipeline (``quiet_pipeline`` calls
+    ``configure()``): the next file in this worker finds the logger as this one found it."""
+    with package_logger_kept():
+        yield

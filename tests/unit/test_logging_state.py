@@ -11,7 +11,9 @@ from tests.support.logging_state import package_logger_kept
 
 def test_configure_inside_is_undone_and_caplog_sees_records_after(caplog):
     with package_logger_kept():  # the outer one leaves this process's logger as found
-        logger.propagate = True  # as a fresh process has it
+        # as a fresh process has it: an earlier test in this worker may have configured it
+        logger.handlers[:] = [h for h in logger.handlers if not getattr(h, "_observer_ci", False)]
+        logger.propagate = True
         before = (list(logger.handlers), logger.propagate, logger.level)
         with package_logger_kept():
             configure()
