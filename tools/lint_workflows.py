@@ -13,6 +13,7 @@ tests/unit/test_examples_in_readme.py keeps the README in step) and both ``actio
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -42,14 +43,24 @@ def commands(root: Path = ROOT) -> list[list[str]]:
     ]
 
 
+def tool(name: str) -> str | None:
+    """``name``'s executable: beside this interpreter first (the project's .venv, which no
+    one needs to activate), else on ``PATH``."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name)
+
+
 def main() -> int:
     failed = 0
     for command in commands():
-        if shutil.which(command[0]) is None:
+        executable = tool(command[0])
+        if executable is None:
             print(f"lint-workflows: {command[0]} is not installed: make install-test")
             return 2
         print(f"lint-workflows: {' '.join(command[:3])} ... ({len(command)} arguments)", flush=True)
-        failed |= subprocess.run(command, cwd=ROOT).returncode != 0
+        failed |= subprocess.run([executable, *command[1:]], cwd=ROOT).returncode != 0
     return int(failed)
 
 

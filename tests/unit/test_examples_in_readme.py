@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import yaml
 
@@ -125,3 +126,12 @@ def test_dependabot_updates_every_pinned_ecosystem_where_its_pins_live():
     }
     # constraints.txt and pyproject.toml; the workflows and composite/action.yml; the Dockerfile
     assert where == {"pip": ["/"], "github-actions": ["/", "/composite"], "docker": ["/"]}
+
+
+def test_linters_are_found_beside_the_interpreter_without_an_activated_venv(tmp_path, monkeypatch):
+    """``make test`` from a fresh clone runs ``.venv/bin/python`` with no venv on ``PATH``:
+    zizmor and check-jsonschema must still be found (they sit beside the interpreter)."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH at all
+    found = lint_workflows.tool("zizmor")
+    assert found is not None and found.startswith(str(Path(sys.executable).parent))
+    assert lint_workflows.tool("no-such-linter-here") is None
