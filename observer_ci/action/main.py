@@ -45,7 +45,7 @@ from observer_ci.core.constants import (
     GATE_SUCCESS,
 )
 from observer_ci.core.logs import configure, logger
-from observer_ci.core.results import RunResults
+from observer_ci.core.results import ModelResult, RunResults
 from observer_ci.github.client import GitHubClient
 from observer_ci.report.escape import code_block
 from observer_ci.report.history import trend_section
@@ -92,12 +92,7 @@ def main(
         settings = Settings.from_env(env, dry_run=dry_run)
         settings.check_scripts()
     except SettingsError as e:
-        message, summary = str(e), env.get("GITHUB_STEP_SUMMARY", "")
-        workflow.command("error", message)
-        _best_effort(lambda: _summary_note(summary, "❌ observer-ci: bad input", message))
-        outputs = {"status": GATE_BAD_INPUT}
-        _best_effort(lambda: workflow.write_outputs(env.get("GITHUB_OUTPUT", ""), outputs))
-        return EXIT_USAGE
+        return _bad_input(env, str(e))
     except Exception as e:  # a bug while reading the settings: nowhere known to write to
         output, summary = env.get("GITHUB_OUTPUT", ""), env.get("GITHUB_STEP_SUMMARY", "")
         known = Settings(scripts=[], output_path=output, step_summary=summary)
@@ -115,8 +110,20 @@ def main(
 
             return rejudge(settings, github_client(settings))
         return run(settings, env, progress)
+    except SettingsError as e:  # the scripts are still missing once install ran
+        return _bad_input(env, str(e))
     except Exception as e:  # a bug of ours: say so, keep what exists, exit 3 (not 1)
         return _internal_error(settings, progress, e)
+
+
+def _bad_input(env: Mapping[str, str], message: str) -> int:
+    """A usage mistake: an error line, a note in the job summary, ``status=bad-input``, exit 2."""
+    summary = env.get("GITHUB_STEP_SUMMARY", "")
+    workflow.command("error", message)
+    _best_effort(lambda: _summary_note(summary, "❌ observer-ci: bad input", message))
+    outputs = {"status": GATE_BAD_INPUT}
+    _best_effort(lambda: workflow.write_outputs(env.get("GITHUB_OUTPUT", ""), outputs))
+    return EXIT_USAGE
 
 
 def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None = None) -> int:
@@ -127,11 +134,14 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     notes: list[str] = []
     if settings.event.warning:
         notes.append(f"{settings.event.warning}: no pull request known, no comment posted")
+    install_error = run_install(settings, env)
+    if install_error is None:
+        settings.check_scripts(installed=True)  # install may have created them
     history = load_history(settings, github_client, out, notes)
     settings, asked = workspace_settings(settings), settings
     check = CheckRun(settings)
     check.start(github_client(settings))
-    base, head = _run_untrusted(settings, out, notes, env)
+    base, head = _run_untrusted(settings, out, notes, env, install_error)
     progress.base = base
     progress.head = head
     head.commit = head.commit or settings.head_sha
@@ -169,11 +179,15 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
 
 
 def _run_untrusted(
-    settings: Settings, out: Path, notes: list[str], env: Mapping[str, str]
+    settings: Settings,
+    out: Path,
+    notes: list[str],
+    env: Mapping[str, str],
+    install_error: ModelResult | None,
 ) -> tuple[RunResults | None, RunResults]:
-    """The install command, then the head (and base) runs: every phase of pull-request code,
-    its processes swept and its writes to the step files undone (``phase_findings``)."""
-    install_error = run_install(settings, env)
+    """The head (and base) runs after the install command (its failure, if any, is the first
+    row): every phase of pull-request code, its processes swept and its writes to the step
+    files undone (``phase_findings``)."""
     if install_error:
         base = None
         head = run_scripts_subprocess(

@@ -227,14 +227,18 @@ class Settings:
             ref=get("GITHUB_REF"),
         )
 
-    def check_scripts(self) -> None:
+    def check_scripts(self, *, installed: bool = False) -> None:
         """Run mode: every script path and glob names a readable file in the workspace,
-        else :class:`SettingsError` (exit 2 before anything runs) naming what matched."""
+        else :class:`SettingsError` (exit 2) naming what matched. With an ``install``
+        command, a miss before it ran is not final (install may create the scripts): the
+        action checks again once it succeeded (``installed``)."""
         if self.mode != MODE_RUN or self.rejudges:
             return
         try:
             resolve_scripts(self.scripts, self.workspace)
         except ScriptPathError as e:
+            if self.install and not installed:
+                return
             raise SettingsError(f"input 'script': {e}") from e
 
     @property

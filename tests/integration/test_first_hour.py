@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -127,15 +128,30 @@ def test_path_mistakes_exit_2_before_anything_runs_naming_each_and_what_matched(
 def test_the_action_maps_a_path_mistake_and_a_bad_input_to_bad_input_on_every_path(tmp_path):
     (tmp_path / "ws").mkdir()
     ws = tmp_path / "ws"
-    proc, outputs = action(ws, script="models/*.py", install="touch installed")
+    proc, outputs = action(ws, script="models/*.py")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert outputs == {"status": "bad-input"}
     assert "the glob 'models/*.py' matched no file" in proc.stdout  # the ::error annotation
     assert "bad input" in (ws / "summary.md").read_text()
-    assert not (ws / "installed").exists()  # the install command never ran
+    assert not (ws / "out").exists()  # nothing ran
+    (ws / "github_output.txt").unlink()
+    # with an install command the paths are checked again once it ran: still missing, exit 2
+    proc, outputs = action(ws, script="models/*.py", install="touch installed")
+    assert proc.returncode == 2 and outputs == {"status": "bad-input"}, proc.stdout
+    assert (ws / "installed").exists() and "matched no file" in proc.stdout
     (ws / "github_output.txt").unlink()
     proc, outputs = action(ws, script="x.py", repeat="ten")
     assert proc.returncode == 2 and outputs == {"status": "bad-input"}, proc.stdout
+
+
+def test_a_script_the_install_command_creates_is_run_not_refused(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    install = f"mkdir -p models && printf %s {shlex.quote(RAN)} > models/made.py"
+    proc, outputs = action(ws, script="models/*.py", install=install)
+    assert outputs.get("status") != "bad-input", proc.stdout + proc.stderr
+    assert (ws / "ran").read_text() == "the script ran"  # the script install made ran
+    assert "matched no file" not in proc.stdout
 
 
 # -- a model never called, labels, what was written ---------------------------------------------
