@@ -16,7 +16,9 @@ class Outliers(torch.nn.Module):
         self.register_buffer("scale", scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)) * self.scale) / 100.0
+        # /10 keeps the int8 error over 0.1 with or without VNNI (u8s8 saturation on AVX2
+        # only adds to it): 0.16 on an AVX512-VNNI EPYC, 4e-4 for the twin without outliers
+        return self.down(torch.relu(self.up(x)) * self.scale) / 10.0
 
 
 torch.manual_seed(0)
