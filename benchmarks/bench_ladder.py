@@ -175,6 +175,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="5,50,200,600")
     parser.add_argument("--families", default="llama,t5")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare pipeline")
+    parser.add_argument(
+        "--keep", type=Path, help="write every run (results.json, logs) here and keep it"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
@@ -183,7 +186,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = args.keep or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         for family in args.families.split(","):
             table = LLAMA if family == "llama" else T5
             for size in sizes:

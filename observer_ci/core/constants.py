@@ -156,3 +156,9 @@ KNOWN_OP_CASE_NEXT_STEPS = {
         "unique or use a reduction (scatter_add / index_reduce)"
     ),
 }
+
+# Timed runs per call and engine once a call has used its time budget (RunConfig.time_budget_s).
+MIN_TIMED_RUNS = 3  # the latency rules compare ORT medians: fewer samples are too noisy
+# torch's latency feeds only the report's xtorch column, never a rule: a call slow for its
+# budget is timed once, within half the budget (a 600M model: 2 torch runs a call, not 4)
+TORCH_MIN_TIMED_RUNS = 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from observer_ci.core.constants import FEEDS_MAX_BYTES
+from observer_ci.core.constants import FEEDS_MAX_BYTES, MIN_TIMED_RUNS, TORCH_MIN_TIMED_RUNS
 from observer_ci.core.run_options import RunOptions
 from observer_ci.core.tolerances import OutputTolerance
 from observer_ci.core.variants import (
@@ -110,6 +110,7 @@ class RunConfig:
             "warmup": self.warmup,
             "repeat": self.repeat,
             "time_budget_s": self.time_budget_s,
+            "min_timed_runs": {"onnxruntime": MIN_TIMED_RUNS, "torch": TORCH_MIN_TIMED_RUNS},
             "torch_threads": self.torch_threads,
             "ort_threads": self.threads,
             "probe": self.probe,

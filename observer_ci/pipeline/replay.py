@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from observer_ci.core.constants import MIN_TIMED_RUNS, TORCH_MIN_TIMED_RUNS
 from observer_ci.core.errors import error_tail
 from observer_ci.core.exceptions import FeedError
 from observer_ci.core.results import ObservationResult
@@ -61,9 +62,6 @@ def match_feeds(
     return feeds
 
 
-MIN_TIMED_RUNS = 3  # the latency rules compare medians: fewer samples are too noisy
-
-
 def time_call(fn: Callable[[], Any], warmup: int = 1, repeat: int = 5) -> tuple[Any, float]:
     """Runs ``fn`` ``warmup`` times untimed then ``repeat`` times; returns last result, median."""
     result, durations = time_runs(fn, warmup, repeat)
@@ -76,14 +74,15 @@ def time_runs(
     repeat: int = 5,
     budget_s: float | None = None,
     prepare: Callable[[], tuple[Any, ...]] = tuple,
+    min_runs: int = MIN_TIMED_RUNS,
 ) -> tuple[Any, list[float]]:
     """Runs ``fn`` ``warmup`` times untimed then up to ``repeat`` times; returns the last
     result and every timed duration (the spread tells noise from a real change). Each run
     calls ``fn(*prepare())``, ``prepare`` untimed (fresh clones of inputs a model mutates).
 
     With ``budget_s``, a call that is slow for its budget stops early: the warm-up ends once
-    it has used half the budget, and timing once :data:`MIN_TIMED_RUNS` runs are in and the
-    timed runs have used the budget (a large model is timed 3 times, a small one ``repeat``)."""
+    it has used half the budget, and timing once ``min_runs`` runs are in and the timed runs
+    have used the budget (a large model is timed ``min_runs`` times, a small one ``repeat``)."""
     begin = time.perf_counter()
     for _ in range(max(0, warmup)):
         fn(*prepare())
@@ -96,7 +95,7 @@ def time_runs(
         start = time.perf_counter()
         result = fn(*arguments)
         durations.append(time.perf_counter() - start)
-        if budget_s is not None and k + 1 >= MIN_TIMED_RUNS and sum(durations) >= budget_s:
+        if budget_s is not None and k + 1 >= min_runs and sum(durations) >= budget_s:
             break
     return result, durations
 
@@ -127,7 +126,8 @@ def time_torch_call(
     threads: int | None = None,
 ) -> tuple[Any, list[float]]:
     """Times a torch call on fresh clones (models may mutate inputs, e.g. caches);
-    returns the last result and every timed duration."""
+    returns the last result and every timed duration. With ``budget_s``, torch gets half
+    of it and :data:`TORCH_MIN_TIMED_RUNS` runs at least (its latency judges nothing)."""
 
     def prepare() -> tuple[Any, ...]:
         return structure.clone_tree(args), structure.clone_tree(kwargs)
@@ -136,7 +136,8 @@ def time_torch_call(
         return method(*a, **kw)
 
     with torch.no_grad(), torch_threads(threads):
-        return time_runs(call, warmup, repeat, budget_s, prepare)
+        half = budget_s / 2 if budget_s is not None else None
+        return time_runs(call, warmup, repeat, half, prepare, min_runs=TORCH_MIN_TIMED_RUNS)
 
 
 def run_ort(session, feeds: dict[str, np.ndarray], warmup: int, repeat: int, budget_s=None):

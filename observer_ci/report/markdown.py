@@ -583,7 +583,7 @@ def _timing_settings(settings: dict[str, object]) -> str:
     if budget:
         text += (
             f"; up to {settings.get('repeat')} timed runs per call, fewer (at least 3) once "
-            f"a call has used {budget}s"
+            f"a call has used {budget}s (torch: at least 1 within half of it)"
         )
     return text + "."
 

@@ -93,3 +93,29 @@ def test_graphs_with_different_outputs_are_not_merged(tmp_path):
             tmp_path / "m.onnx",
         )
     assert not (tmp_path / "m.onnx").exists()
+
+
+def _has_entry(session, key: str) -> bool:
+    try:
+        return session.get_session_options().get_session_config_entry(key) == "1"
+    except RuntimeError:  # onnxruntime: no such entry
+        return False
+
+
+def test_a_session_without_prepacked_weights_computes_the_same(tmp_path):
+    """The merged decoder's session (checked, never timed) is made with prepacking off."""
+    from observer_ci.pipeline.ort_session import make_session
+
+    path = save(
+        tmp_path / "mm.onnx",
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [x_input("seq")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])],
+        [numpy_helper.from_array(WEIGHT, "w")],
+    )
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    default, unpacked = make_session(path), make_session(path, prepack=False)
+    key = "session.disable_prepacking"
+    assert _has_entry(unpacked, key) and not _has_entry(default, key)
+    np.testing.assert_array_equal(unpacked.run(None, {"x": x})[0], x @ WEIGHT)
+    np.testing.assert_allclose(default.run(None, {"x": x})[0], x @ WEIGHT, rtol=1e-6)

@@ -6,6 +6,8 @@ import time
 
 import torch
 
+from observer_ci.core.constants import TORCH_MIN_TIMED_RUNS
+from observer_ci.pipeline.config import RunConfig
 from observer_ci.pipeline.replay import MIN_TIMED_RUNS, time_runs, time_torch_call, torch_threads
 
 
@@ -53,3 +55,19 @@ def test_torch_is_timed_on_the_threads_asked_and_restored_after():
     assert torch.get_num_threads() == before
     with torch_threads(None):
         assert torch.get_num_threads() == before
+
+
+def test_torch_slow_for_its_budget_is_timed_once_and_results_record_both_minimums():
+    calls = []
+
+    def method(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return x * 2
+
+    _, durations = time_torch_call(method, (torch.ones(2),), {}, warmup=2, repeat=10, budget_s=0)
+    assert len(durations) == TORCH_MIN_TIMED_RUNS < MIN_TIMED_RUNS  # torch judges nothing
+    assert len(calls) == 1 + TORCH_MIN_TIMED_RUNS
+    _, fast = time_torch_call(method, (torch.ones(2),), {}, warmup=1, repeat=6, budget_s=60.0)
+    assert len(fast) == 6  # a fast call still gets every repeat
+    recorded = RunConfig().recorded()["min_timed_runs"]
+    assert recorded == {"onnxruntime": MIN_TIMED_RUNS, "torch": TORCH_MIN_TIMED_RUNS}
