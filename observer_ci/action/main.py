@@ -14,6 +14,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,11 +128,18 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     notes: list[str] = []
     if settings.event.warning:
         notes.append(f"{settings.event.warning}: no pull request known, no comment posted")
-    history = load_history(settings, github_client, out, notes)
-    settings, asked = workspace_settings(settings), settings
-    check = CheckRun(settings)
-    check.start(github_client(settings))
-    base, head = _run_untrusted(settings, out, notes, env)
+    # the history is fetched and read beside the head run (it needs nothing of it): its
+    # downloads and the pandas import cost no wall time; its notes keep their place
+    history_notes: list[str] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="observer-ci-history") as pool:
+        pending = pool.submit(load_history, settings, github_client, out, history_notes)
+        settings, asked = workspace_settings(settings), settings
+        check = CheckRun(settings)
+        check.start(github_client(settings))
+        run_notes: list[str] = []
+        base, head = _run_untrusted(settings, out, run_notes, env)
+        history = pending.result()
+    notes.extend(history_notes + run_notes)
     progress.base = base
     progress.head = head
     head.commit = head.commit or settings.head_sha
