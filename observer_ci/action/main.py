@@ -154,9 +154,16 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     progress.regressions = regressions
     trend = trend_section(history, head) if history is not None else ""
     outputs, render = write_and_summarise(
-        settings, head, base, regressions, settings.label, progress=progress, trend=trend
+        settings,
+        head,
+        base,
+        regressions,
+        settings.label,
+        progress=progress,
+        trend=trend,
+        accepted=accepted.visible() if accepted is not None else "",
     )
-    render = with_section(render, accepted)
+    render = with_section(render, accepted)  # the comment's: the section and its ledger
     recorded = record_history(asked, head)
     if recorded is not None:
         outputs["history_path"] = str(recorded)
@@ -227,9 +234,12 @@ def write_and_summarise(
     *,
     progress: _Progress | None = None,
     trend: str = "",
+    accepted: str = "",
 ) -> tuple[dict[str, str], RenderReport]:
     """Writes results.json and report.md, the job summary and the annotations (all before
-    anything is posted); returns the gate outputs and the comment renderer."""
+    anything is posted); returns the gate outputs and the comment renderer. ``accepted``
+    (the accept section) goes into report.md and the summary; the comment's renderer leaves
+    it to :func:`observer_ci.action.verdict.with_section`, which adds its ledger too."""
     out = Path(settings.out_dir)
     title = f"observer-ci ({label})" if label else "observer-ci"
     options: dict[str, Any] = {
@@ -241,7 +251,7 @@ def write_and_summarise(
         ),
         "trend": trend,
     }
-    full = write_report_files(out, head, regressions, base, **options)
+    full = write_report_files(out, head, regressions, base, accepted=accepted, **options)
     if progress is not None:
         progress.results_written = True
     logger.info("wrote %s", report_files(out, base))
