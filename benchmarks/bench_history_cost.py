@@ -58,7 +58,13 @@ def make_repo(root: Path, examples: list[str]) -> tuple[Path, str, str]:
 
 
 def action(
-    repo: Path, tmp: Path, gh: FakeGitHub, base: str, head: str, baseline: str
+    repo: Path,
+    tmp: Path,
+    gh: FakeGitHub,
+    base: str,
+    head: str,
+    baseline: str,
+    cache: Path | None = None,
 ) -> tuple[float, float]:
     """One run of the action; its wall time and CPU time (every process) in seconds."""
     tmp.mkdir(parents=True)
@@ -81,6 +87,7 @@ def action(
         "INPUT_BASELINE": baseline,
         "INPUT_TOKEN": TOKEN,
         "INPUT_OUT": str(tmp / "out"),
+        "INPUT_CACHE_DIR": str(cache) if cache else "",
     }
     begin, cpu = time.perf_counter(), _children_cpu()
     subprocess.run(
@@ -113,24 +120,35 @@ def main() -> None:
     parser.add_argument("--examples", nargs="+", default=["mlp_classifier", "small_cnn"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--history-runs", type=int, default=20)
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="both modes share an export cache the warm-up run filled (every export a hit); "
+        "default: the action's default, no cache (every export cold in both modes)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, FakeGitHub(token=TOKEN) as gh:
         root = Path(tmp)
         repo, base, head = make_repo(root, args.examples)
         times: dict[str, list[tuple[float, float]]] = {"base": [], "history": []}
-        # a first base run gives the results the history is made of (and warms the disk cache)
-        action(repo, root / "warm", gh, base, head, "base")
+        cache = root / "export-cache" if args.cache else None
+        # a first base run gives the results the history is made of (and warms the disk
+        # cache; with --cache, it fills the export cache with base's and head's graphs)
+        action(repo, root / "warm", gh, base, head, "base", cache)
         warm = RunResults.read(root / "warm" / "out" / "results.json")
         seed_history(gh, warm, base, args.history_runs)
         for k in range(args.rounds):
             for baseline in ("base", "history") if k % 2 == 0 else ("history", "base"):
-                seconds, cpu = action(repo, root / f"{baseline}-{k}", gh, base, head, baseline)
+                seconds, cpu = action(
+                    repo, root / f"{baseline}-{k}", gh, base, head, baseline, cache
+                )
                 times[baseline].append((seconds, cpu))
                 print(f"round {k}: baseline {baseline:<7} {seconds:6.1f} s wall, {cpu:6.1f} s CPU")
         wall = {b: statistics.median(t[0] for t in times[b]) for b in times}
         cpu = {b: statistics.median(t[1] for t in times[b]) for b in times}
         print(
-            f"examples {' '.join(args.examples)} on {os.cpu_count()} cores, load "
+            f"examples {' '.join(args.examples)} on {os.cpu_count()} cores, "
+            f"export cache {'hit' if args.cache else 'none'}, load "
             f"{os.getloadavg()[0]:.1f}: baseline base {wall['base']:.1f} s wall "
             f"({cpu['base']:.1f} s CPU), baseline history ({args.history_runs} runs fetched) "
             f"{wall['history']:.1f} s wall ({cpu['history']:.1f} s CPU); history/base "

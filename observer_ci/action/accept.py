@@ -30,6 +30,7 @@ from typing import Any
 from observer_ci.core.logs import logger
 from observer_ci.core.workflow_commands import command
 from observer_ci.github.client import GitHubClient, GitHubError
+from observer_ci.report.accepted import accepted_section
 from observer_ci.report.escape import escape_text
 from observer_ci.report.policy import Entry, Policy
 from observer_ci.report.rules import RULES, Regression
@@ -86,16 +87,18 @@ class Outcome:
     lines: list[str] = field(default_factory=list)
     raw: list[Regression] = field(default_factory=list)  # before any acceptance (stored)
 
+    def visible(self) -> str:
+        """The accept section a reader sees (who accepted what and when), without the
+        ledger: "" without acceptances (report.md and the job summary carry it)."""
+        return accepted_section([_held_line(h) for h in self.held] + self.lines)
+
     def section(self) -> str:
         """Markdown for the comment and the check run (empty without acceptances), the
         hidden ledger and regressions after it."""
         raw = acceptable(self.raw)
         if not (self.held or self.lines or raw):
             return ""
-        text = ""
-        if self.held or self.lines:
-            items = [f"- {_held_line(h)}" for h in self.held] + [f"- {x}" for x in self.lines]
-            text = "### Accepted regressions\n\n" + "\n".join(items) + "\n"
+        text = self.visible()
         section = ""
         for stored in (raw, []):  # without the stored regressions when they are too many
             state = {"held": [asdict(h) for h in self.held], "raw": [asdict(r) for r in stored]}

@@ -14,6 +14,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,11 +138,18 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     install_error = run_install(settings, env)
     if install_error is None:
         settings.check_scripts(installed=True)  # install may have created them
-    history = load_history(settings, github_client, out, notes)
-    settings, asked = workspace_settings(settings), settings
-    check = CheckRun(settings)
-    check.start(github_client(settings))
-    base, head = _run_untrusted(settings, out, notes, env, install_error)
+    # the history is fetched and read beside the head run (it needs nothing of it): its
+    # downloads and the pandas import cost no wall time; its notes keep their place
+    history_notes: list[str] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="observer-ci-history") as pool:
+        pending = pool.submit(load_history, settings, github_client, out, history_notes)
+        settings, asked = workspace_settings(settings), settings
+        check = CheckRun(settings)
+        check.start(github_client(settings))
+        run_notes: list[str] = []
+        base, head = _run_untrusted(settings, out, run_notes, env, install_error)
+        history = pending.result()
+    notes.extend(history_notes + run_notes)
     progress.base = base
     progress.head = head
     head.commit = head.commit or settings.head_sha
@@ -156,9 +164,16 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     progress.regressions = regressions
     trend = trend_section(history, head) if history is not None else ""
     outputs, render = write_and_summarise(
-        settings, head, base, regressions, settings.label, progress=progress, trend=trend
+        settings,
+        head,
+        base,
+        regressions,
+        settings.label,
+        progress=progress,
+        trend=trend,
+        accepted=accepted.visible() if accepted is not None else "",
     )
-    render = with_section(render, accepted)
+    render = with_section(render, accepted)  # the comment's: the section and its ledger
     recorded = record_history(asked, head)
     if recorded is not None:
         outputs["history_path"] = str(recorded)
@@ -233,9 +248,12 @@ def write_and_summarise(
     *,
     progress: _Progress | None = None,
     trend: str = "",
+    accepted: str = "",
 ) -> tuple[dict[str, str], RenderReport]:
     """Writes results.json and report.md, the job summary and the annotations (all before
-    anything is posted); returns the gate outputs and the comment renderer."""
+    anything is posted); returns the gate outputs and the comment renderer. ``accepted``
+    (the accept section) goes into report.md and the summary; the comment's renderer leaves
+    it to :func:`observer_ci.action.verdict.with_section`, which adds its ledger too."""
     out = Path(settings.out_dir)
     title = f"observer-ci ({label})" if label else "observer-ci"
     options: dict[str, Any] = {
@@ -247,7 +265,7 @@ def write_and_summarise(
         ),
         "trend": trend,
     }
-    full = write_report_files(out, head, regressions, base, **options)
+    full = write_report_files(out, head, regressions, base, accepted=accepted, **options)
     if progress is not None:
         progress.results_written = True
     logger.info("wrote %s", report_files(out, base))

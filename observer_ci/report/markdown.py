@@ -231,6 +231,7 @@ class _Renderer:
         self._cache: dict[tuple, str] = {}
         self.policy_lines: list[str] = []  # the policy file's entries, for the legend
         self.trend = ""  # Mermaid trend charts over the default branch's history
+        self.accepted = ""  # the accept section (report.accepted), report.md and summary
 
     def cached(self, key: tuple, make: Callable[[], str]) -> str:
         if key not in self._cache:
@@ -243,6 +244,7 @@ class _Renderer:
         blocks = [MARKER + "\n" + self.verdict(), self.warnings()]
         blocks.append(self.cached(("summary",), self.summary_table))
         blocks.append(self.cached(("regressions", level), lambda: self.regressions_table(level)))
+        blocks.append(self.accepted)  # who accepted which regression, and when
         if level < LEVEL_NO_INPUTS:
             blocks.append(self.cached(("chart",), self.chart))
             blocks.append(self.trend)  # history of the default branch (report.history)
@@ -1124,10 +1126,12 @@ def _renderer(
     thresholds: Thresholds | None = None,
     policy_lines: list[str] | None = None,
     trend: str = "",
+    accepted: str = "",
 ) -> _Renderer:
     renderer = _Renderer(head, regressions, base, title, run_url, thresholds or Thresholds())
     renderer.policy_lines = list(policy_lines or [])
     renderer.trend = trend
+    renderer.accepted = accepted
     return renderer
 
 
@@ -1142,6 +1146,7 @@ def render_report(
     thresholds: Thresholds | None = None,
     policy_lines: list[str] | None = None,
     trend: str = "",
+    accepted: str = "",
 ) -> str:
     """The Markdown PR comment (see the module docstring).
 
@@ -1157,6 +1162,7 @@ def render_report(
         "thresholds": thresholds,
         "policy_lines": policy_lines,
         "trend": trend,
+        "accepted": accepted,
     }
     return fit_report(head, regressions, base, max_chars=max_chars, **options)[0]
 
@@ -1180,6 +1186,7 @@ def write_report_files(
     thresholds: Thresholds | None = None,
     policy_lines: list[str] | None = None,
     trend: str = "",
+    accepted: str = "",
 ) -> str:
     """Writes ``results.json`` first (and ``base-results.json``), then the full
     ``report.md``; returns the report. Called before anything is posted."""
@@ -1194,6 +1201,7 @@ def write_report_files(
         "thresholds": thresholds,
         "policy_lines": policy_lines,
         "trend": trend,
+        "accepted": accepted,
     }
     report = render_report(head, regressions, base, max_chars=None, **options)
     (out / "report.md").write_text(report, encoding="utf-8")

@@ -32,6 +32,7 @@ import pytest
 from observer_ci.action import main as action
 from observer_ci.action.artifact import Payload, write_payload
 from observer_ci.core.results import RunResults
+from observer_ci.report.accepted import ACCEPTED_TITLE
 from observer_ci.report.escape import escape_text
 from observer_ci.report.rules import DEFAULT_FAIL_ON
 from tests.support import REPO_ROOT
@@ -295,7 +296,15 @@ def test_accept_by_label_in_the_next_run(push_run, gh, tmp_path):
     assert check["conclusion"] == "neutral"
     assert [a["annotation_level"] for a in check["annotations"]].count("notice") >= 1
     body = sticky(gh, LABEL_PR)["body"]
-    assert escape_text(f"accepted by @{MAINTAINER} (label, ") in body
+    who = escape_text(f"accepted by @{MAINTAINER} (label, ")
+    assert who in body
+    # report.md and the job summary carry the same section (one renderer), not the ledger
+    report = Path(ran.outputs["report_path"]).read_text(encoding="utf-8")
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    for text in (report, summary):
+        assert f"{ACCEPTED_TITLE}\n\n- " in text and who in text
+        assert escape_text("node_count_growth on net") in text
+        assert "observer-ci:accepted " not in text  # the hidden ledger stays in the comment
 
 
 def test_publish_mode_writes_the_check_run_completed_at_once(push_run, gh, tmp_path):
