@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--provider", default="cpu", help="onnxruntime provider: cpu, cuda, tensorrt, ..."
     )
+    replay.add_argument(
+        "--json", action="store_true", help="print the rows as JSON (exact floats), not lines"
+    )
     explain = sub.add_parser(
         "explain", help="print why a model of a results.json disagrees (cause, diagnosis)"
     )
@@ -344,10 +347,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         rows = replay_bundle(args.bundle, args.provider)
     except (OSError, ValueError, KeyError) as e:
         raise UsageError(f"{args.bundle}: {e}") from e
-    failing = 0
+    failing = sum(not row["within"] for row in rows)
+    if args.json:
+        import json
+
+        print(json.dumps(rows, indent=2))
+        return EXIT_REGRESSION if failing else EXIT_OK
     for row in rows:
         over = not row["within"]
-        failing += bool(over)
         recorded = row["recorded_abs"]
         print(
             f"call {row['call']}: max abs {row['abs']:.6g}, max rel {row['rel']:.6g}"

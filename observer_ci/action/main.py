@@ -36,6 +36,7 @@ from observer_ci.action.workspace import (
 )
 from observer_ci.core import workflow_commands as workflow
 from observer_ci.core.constants import (
+    BUNDLES_ARTIFACT,
     EXIT_INTERNAL_ERROR,
     EXIT_OK,
     EXIT_REGRESSION,
@@ -177,6 +178,11 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     recorded = record_history(asked, head)
     if recorded is not None:
         outputs["history_path"] = str(recorded)
+    if (out / "head" / "bundles").is_dir():  # the workflow uploads it as bundles_artifact
+        outputs["bundles_path"] = str(out / "head" / "bundles")
+        # one artifact name per matrix leg (a run's artifact names are unique)
+        leg = f"-{settings.label}" if settings.label else ""
+        outputs["bundles_artifact"] = BUNDLES_ARTIFACT + leg
     seal = Seal.of(out / name for name in ("results.json", "base-results.json", "report.md"))
     for note in notes:
         workflow.command("warning", note)

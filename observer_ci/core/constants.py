@@ -32,6 +32,9 @@ TENSOR_TYPE_CODES = {
 }
 # The ONNX opset every export targets.
 DEFAULT_OPSET = 20
+# the artifact the workflows upload the head run's reproducer bundles as (never read by a
+# publish job: pull-request data, for a maintainer to download and replay)
+BUNDLES_ARTIFACT = "observer-ci-bundles"
 # The onnxruntime inputs a run saves for paired base/head timing (``*.feeds.npz``), all
 # models of the run together: calls past it are not saved (a note on the model says so).
 FEEDS_MAX_BYTES = 256 * 1024 * 1024

@@ -30,6 +30,9 @@ BUNDLE_MAX_BYTES = 50 << 20
 BUNDLE_FILE = "bundle.json"
 BUNDLE_GRAPH = "model.onnx"
 BUNDLE_MODES = ("failing", "all", "none")
+# what ``observer-ci replay`` imports beside the package (no torch, no transformers): a
+# maintainer installs ``pip install --no-deps observer-ci`` and these (:func:`install_command`)
+REPLAY_REQUIREMENTS = ("onnxruntime", "onnx", "numpy")
 PROVIDERS = {  # the names users type -> onnxruntime's
     "cpu": "CPUExecutionProvider",
     "cuda": "CUDAExecutionProvider",
@@ -102,11 +105,25 @@ def write_bundle(
         "calls": written,
         "tolerances": tolerances,
         "environment": environment,
+        "install": install_command(environment),
         "command": "observer-ci replay PATH/TO/THIS/FOLDER [--provider cuda]",
         "left_out": left_out,
     }
     (folder / BUNDLE_FILE).write_text(json.dumps(facts, indent=2), encoding="utf-8")
     return folder, used
+
+
+def install_command(environment: dict[str, Any]) -> str:
+    """The pip line that makes a fresh environment able to replay: observer-ci without its
+    dependencies (torch is not needed), then :data:`REPLAY_REQUIREMENTS` at the versions of
+    the run where ``environment`` records them."""
+    from observer_ci import __version__
+
+    pinned = [
+        f"{name}=={environment[name]}" if environment.get(name) else name
+        for name in REPLAY_REQUIREMENTS
+    ]
+    return f"pip install --no-deps observer-ci=={__version__} && pip install {' '.join(pinned)}"
 
 
 def replay_bundle(folder: str | os.PathLike[str], provider: str = "cpu") -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
 """Discrepancies between expected (torch) and obtained (onnxruntime) outputs.
 
 Always floats, never ints: an exact match is ``abs == 0.0``. Shape, dtype, count
-and NaN mismatches are reported as explicit errors rather than folded into inf.
+and NaN mismatches are reported as explicit errors rather than folded into inf. Torch is
+imported only where a torch tensor is met: ``observer-ci replay`` compares numpy arrays
+and runs without torch installed (README, "Reproducer bundles").
 """
 
 from __future__ import annotations
@@ -9,13 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch.utils import _pytree as pytree
 
 from observer_ci.core.tolerances import outputs_over
+
+if TYPE_CHECKING:
+    import torch
 
 REL_EPSILON = 1e-3
 
@@ -60,6 +63,9 @@ class Diff:
 
 def flatten_outputs(value: Any) -> list[torch.Tensor | np.ndarray]:
     """Tensor leaves of a nested output; None and non-tensors dropped."""
+    import torch
+    from torch.utils import _pytree as pytree
+
     leaves = pytree.tree_flatten(value)[0]
     return [t for t in leaves if isinstance(t, (torch.Tensor, np.ndarray))]
 
@@ -69,6 +75,8 @@ def comparable_array(t: torch.Tensor | np.ndarray) -> np.ndarray:
     numpy has no bfloat16. Feeding onnxruntime is another matter: see ``replay.feed_array``."""
     if isinstance(t, np.ndarray):
         return t
+    import torch
+
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
         t = t.float()
@@ -84,7 +92,8 @@ def max_diff(
 ) -> Diff:
     """Compares two flat output lists element-wise, output by output."""
     diff = Diff(hist={hist_key(h): 0 for h in hist})
-    diff.dev = sum(isinstance(e, torch.Tensor) and e.device.type != "cpu" for e in expected)
+    # a torch tensor off the CPU (numpy arrays have no device): no torch import for numpy
+    diff.dev = sum(getattr(getattr(e, "device", None), "type", "cpu") != "cpu" for e in expected)
     expected = [comparable_array(e) for e in expected]
     got = [comparable_array(g) for g in got]
     got = _drop_trailing_empty(expected, got)
@@ -145,6 +154,9 @@ def _compare_one(k: int, e: np.ndarray, g: np.ndarray, hist: Sequence[float], di
 def output_names(value: Any) -> list[str]:
     """The names of :func:`flatten_outputs`' tensors: their dotted path in the output
     (``logits``, ``past_key_values.key_cache.0``); a lone tensor is ``output``."""
+    import torch
+    from torch.utils import _pytree as pytree
+
     paths = pytree.tree_flatten_with_path(value)[0]
     names = []
     for path, leaf in paths:

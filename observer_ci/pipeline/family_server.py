@@ -512,6 +512,7 @@ class FamilyServer:
         failing = any(not r.success for r in rows.values())
         if mode == "none" or (mode == "failing" and not failing) or graph.export is None:
             return
+        from observer_ci.core.constants import BUNDLES_ARTIFACT
         from observer_ci.pipeline.bundle import write_bundle
         from observer_ci.pipeline.diff import flatten_outputs
         from observer_ci.pipeline.environment import environment_fingerprint
@@ -547,7 +548,12 @@ class FamilyServer:
             return
         self.bundle_budget -= used
         where = folder.relative_to(self.out_dir).as_posix()
-        self.notes.append(f"reproducer: {where} (run `observer-ci replay {where}`)")
+        self.notes.append(
+            f"reproducer: {where} (in CI, the run's `{BUNDLES_ARTIFACT}` artifact, "
+            f"`-LABEL` for a matrix leg: "
+            f"`gh run download RUN_ID -n {BUNDLES_ARTIFACT} -D bundles`, then "
+            f"`observer-ci replay {where}`)"
+        )
 
     def bundle_tolerances(self, sub: InputObserver, family: Family) -> dict[str, Any]:
         """A reproducer's tolerances: the model's, and its outputs' with their names."""

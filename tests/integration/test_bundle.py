@@ -1,5 +1,6 @@
 """Reproducer bundles: a failing graph's file, feeds and torch outputs in the ONNX test-data
-layout, replayed by ``observer-ci replay`` in a fresh process from another folder."""
+layout, replayed by ``observer-ci replay`` in a fresh process from another folder, and in a
+fresh virtual environment holding the built wheel and only the replay's requirements."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from observer_ci.pipeline.bundle import BUNDLE_FILE, write_bundle
+from observer_ci.pipeline.bundle import BUNDLE_FILE, REPLAY_REQUIREMENTS, write_bundle
 from observer_ci.pipeline.config import RunConfig
 from observer_ci.pipeline.scripts import run_scripts
 
@@ -111,3 +112,41 @@ def test_an_unavailable_provider_and_a_graph_over_the_cap_are_usage_errors(run, 
     assert used == 0 and "over the 0 MB cap" in facts["left_out"][0]
     proc = replay(folder)
     assert proc.returncode == 2 and "holds no graph" in proc.stderr
+
+
+def test_replay_in_a_fresh_virtualenv_without_torch_reproduces_the_max_abs(run, tmp_path):
+    """The maintainer's path: the wheel built from this checkout installed with ``--no-deps``,
+    then only :data:`REPLAY_REQUIREMENTS` (pip resolves them from the configured index, at
+    the versions of constraints.txt), in a venv that sees none of this machine's packages."""
+    out, models = run
+    facts = json.loads((out / "bundles" / "off_when_exporting" / "model" / BUNDLE_FILE).read_text())
+    assert facts["install"].startswith("pip install --no-deps observer-ci==")
+    assert all(f" {name}==" in facts["install"] for name in REPLAY_REQUIREMENTS)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+    def call(*command: str | Path) -> str:
+        proc = subprocess.run(
+            [str(c) for c in command], capture_output=True, text=True, env=env, cwd=tmp_path
+        )
+        assert proc.returncode in (0, 1), f"{command}: {proc.stdout[-1000:]}{proc.stderr[-2000:]}"
+        return proc.stdout
+
+    wheels = tmp_path / "wheels"
+    pip_offline = ["--quiet", "--no-deps", "--no-index", "--no-build-isolation"]
+    call(sys.executable, "-m", "pip", "wheel", *pip_offline, "-w", wheels, REPO)
+    venv = tmp_path / "venv"
+    call(sys.executable, "-m", "venv", "--without-pip", venv)  # this pip installs into it
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", python, "install", "--quiet"]
+    call(*pip, "--no-deps", *wheels.glob("*.whl"))
+    call(*pip, "-c", REPO / "constraints.txt", *REPLAY_REQUIREMENTS)
+    probe = "import importlib.util as u, observer_ci as o; print(u.find_spec('torch'), o.__file__)"
+    torch_spec, where = call(python, "-c", probe).split()
+    assert torch_spec == "None" and where.startswith(str(venv))  # no torch, not this checkout
+    copy = tmp_path / "sent-by-a-user"
+    shutil.copytree(out / "bundles" / "off_when_exporting" / "model", copy)
+    rows = json.loads(call(venv / "bin" / "observer-ci", "replay", "--json", copy))
+    recorded = {o.index: o.abs for o in models["off_when_exporting"].observations}
+    assert sorted(row["call"] for row in rows) == sorted(recorded) and recorded[0] > 0.1
+    for row in rows:  # exact floats (the lines print 6 digits): 1e-6 relative is checkable
+        assert not row["within"] and row["abs"] == pytest.approx(recorded[row["call"]], rel=1e-6)

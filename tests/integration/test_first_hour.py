@@ -284,3 +284,32 @@ def test_one_line_per_phase_per_model_and_one_wrote_line_naming_the_files(action
     assert (out / "results.json").is_file() and (out / "report.md").is_file()
     assert json.loads((out / "results.json").read_text())["label"] == ""
     assert "head" not in (out / "report.md").read_text().split("\n\n")[0]
+
+
+OFF = (
+    "import torch, observer_ci\n"
+    "class Off(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__(); self.linear = torch.nn.Linear(4, 3)\n"
+    "    def forward(self, x):\n"
+    "        y = self.linear(x)\n"
+    "        return y if torch.compiler.is_exporting() else y + 0.5\n"
+    "model = Off().eval()\n"
+    "with torch.no_grad(), observer_ci.observe(model, name='off'):\n"
+    "    model(torch.randn(2, 4)); model(torch.randn(3, 4))\n"
+)
+
+
+def test_a_failing_graph_leaves_its_bundle_as_an_output_the_report_names_with_the_command(
+    tmp_path,
+):
+    (tmp_path / "off.py").write_text(OFF)
+    proc, outputs = action(tmp_path, script="off.py", label="py3.11")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the discrepancy fails the build
+    bundles = Path(outputs["bundles_path"])
+    assert bundles == tmp_path / "out" / "head" / "bundles"
+    assert (bundles / "off" / "model" / "bundle.json").is_file()  # <model>/<graph>/ inside
+    assert outputs["bundles_artifact"] == "observer-ci-bundles-py3.11"  # one name per leg
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "`gh run download RUN_ID -n observer-ci-bundles -D bundles`" in report  # a code span
+    assert "observer-ci replay bundles/off/model" in report

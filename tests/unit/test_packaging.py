@@ -437,3 +437,39 @@ def test_check_dist_finds_a_wrong_version_a_missing_license_and_stray_files(tmp_
     assert {"the sdist lacks LICENSE", "the sdist lacks README.md"} <= set(failures)
     assert not [f for f in failures if "pyproject.toml" in f]  # this checkout's version is dynamic
     assert _project()["license"] == check_dist.LICENSE and "version" not in _project()
+
+
+def test_bundles_travel_as_their_own_artifact_that_no_publish_job_downloads():
+    """The reproducers are pull-request data: uploaded by the pull-request job (the composite
+    itself; the image variant's examples by a step), never matched by a publish download."""
+    import fnmatch
+
+    from observer_ci.core.constants import BUNDLES_ARTIFACT
+
+    def bundle_uploads(steps: list[dict]) -> list[dict]:
+        return [s for s in steps if "bundles_path" in str(s.get("with", {}).get("path", ""))]
+
+    uploads = bundle_uploads(composite()["runs"]["steps"])
+    for name in ("observer-ci.yml", "fork-observe.yml"):
+        example = load(f"examples/workflows/{name}")
+        uploads += bundle_uploads(example["jobs"]["observe"]["steps"])
+    assert len(uploads) == 3
+    for step in uploads:
+        assert step["uses"].startswith("actions/upload-artifact@")
+        assert re.fullmatch(r"actions/upload-artifact@[0-9a-f]{40}", step["uses"])
+        assert "bundles_path != ''" in step["if"]
+        assert step["with"]["name"] == "${{ steps.observer.outputs.bundles_artifact }}"
+    downloads = [
+        s["with"].get("pattern") or s["with"].get("name")
+        for path in (
+            ".github/workflows/observer-ci-publish.yml",
+            "examples/workflows/fork-publish.yml",
+            "examples/workflows/matrix.yml",
+        )
+        for job in load(path)["jobs"].values()
+        for s in job["steps"]
+        if s.get("uses", "").startswith("actions/download-artifact@")
+    ]
+    assert downloads and all(d for d in downloads)
+    for name in (BUNDLES_ARTIFACT, f"{BUNDLES_ARTIFACT}-py3.11"):
+        assert not any(fnmatch.fnmatch(name, pattern) for pattern in downloads), name
