@@ -15,8 +15,10 @@ Only for a graph already over its tolerance: a healthy model never gets here.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,11 +167,7 @@ def _run_exposed(
             if name and name not in present:
                 present.add(name)
                 graph.output.append(known.get(name) or onnx.ValueInfoProto(name=name))
-    with tempfile.TemporaryDirectory(prefix="observer-ci-divergence-") as tmp:
-        source: Any = proto
-        if _link_external_data(proto, source_dir, Path(tmp)):
-            source = str(Path(tmp) / "exposed.onnx")
-            onnx.save(proto, source)
+    with _beside(proto, source_dir) as source:
         session = make_session(source)
         names = [o.name for o in session.get_outputs()]
         wanted = {i.name for i in session.get_inputs()}
@@ -177,19 +175,31 @@ def _run_exposed(
     return {n: a for n, a in zip(names, arrays) if isinstance(a, np.ndarray)}
 
 
-def _link_external_data(proto: onnx.ModelProto, source_dir: Path, target_dir: Path) -> bool:
-    """Links the files of the weights stored beside the graph; False when there are none."""
-    locations = {
-        entry.value
+@contextlib.contextmanager
+def _beside(proto: onnx.ModelProto, source_dir: Path) -> Iterator[Any]:
+    """``proto`` itself, or, when its weights are stored beside the graph, the path of a
+    temporary copy of the graph saved in that folder: onnxruntime refuses external data
+    outside the model's own folder, a symlink's target included."""
+    if not _has_external_data(proto):
+        yield proto
+        return
+    handle, name = tempfile.mkstemp(
+        prefix=".observer-ci-divergence-", suffix=".onnx", dir=source_dir
+    )
+    os.close(handle)
+    try:
+        onnx.save(proto, name)
+        yield name
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
+def _has_external_data(proto: onnx.ModelProto) -> bool:
+    return any(
+        entry.key == "location"
         for tensor in _all_tensors(proto.graph)
         for entry in tensor.external_data
-        if entry.key == "location"
-    }
-    for location in locations:
-        target = target_dir / location
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to((source_dir / location).resolve())
-    return bool(locations)
+    )
 
 
 def _all_tensors(graph: onnx.GraphProto) -> Iterable[onnx.TensorProto]:
