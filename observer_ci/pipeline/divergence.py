@@ -156,23 +156,35 @@ def _record_calls(
 def _run_exposed(
     proto: onnx.ModelProto, source_dir: Path, feeds: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """Every node output of the main graph, by name, from one onnxruntime run of the graph
-    with them all as outputs (``proto`` is changed so). Weights stored beside the graph
-    are linked into a temporary folder with the changed graph, never copied or loaded."""
+    """Every node output of the main graph that depends on an input, by name, from one
+    onnxruntime run of the graph with them all as outputs (``proto`` is changed so).
+    Values computed from weights alone (a transposed weight) are no activation a module
+    returns: exposing them would return a copy of the weights (+2.5 GB on a 600M model).
+    Weights stored beside the graph stay there, never copied or loaded here."""
     graph = proto.graph
     known = {v.name: v for v in list(graph.value_info) + list(graph.input)}
     present = {o.name for o in graph.output}
+    weights_only = _weights_only(graph)
     for node in graph.node:
         for name in node.output:
-            if name and name not in present:
+            if name and name not in present and name not in weights_only:
                 present.add(name)
                 graph.output.append(known.get(name) or onnx.ValueInfoProto(name=name))
     with _beside(proto, source_dir) as source:
-        session = make_session(source)
+        session = make_session(source, prepack=False)  # checked, never timed: weights mapped
         names = [o.name for o in session.get_outputs()]
         wanted = {i.name for i in session.get_inputs()}
         arrays = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
     return {n: a for n, a in zip(names, arrays) if isinstance(a, np.ndarray)}
+
+
+def _weights_only(graph: onnx.GraphProto) -> set[str]:
+    """Names of the initializers and of the node outputs computed from them alone."""
+    found = {t.name for t in graph.initializer}
+    for node in graph.node:  # nodes are in topological order
+        if all(not name or name in found for name in node.input):
+            found.update(name for name in node.output if name)
+    return found
 
 
 @contextlib.contextmanager

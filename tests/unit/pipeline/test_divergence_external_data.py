@@ -1,6 +1,7 @@
 """The first-divergence run exposes every value of a graph whose weights are stored beside it
 (external data, as every large model has): onnxruntime refuses external data outside the
-model's own folder, so the changed graph is saved in that folder, then removed."""
+model's own folder, so the changed graph is saved in that folder, then removed. Values
+computed from weights alone are not exposed (they would return a copy of the weights)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from observer_ci.pipeline.divergence import _run_exposed
 
 
 def _graph_with_external_weights(folder) -> str:
-    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "w")
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3).T.copy(), "w")
     nodes = [
-        helper.make_node("MatMul", ["x", "w"], ["hidden"]),
+        helper.make_node("Transpose", ["w"], ["w_t"], perm=[1, 0]),  # computed from weights alone
+        helper.make_node("MatMul", ["x", "w_t"], ["hidden"]),
         helper.make_node("Relu", ["hidden"], ["y"]),
     ]
     graph = helper.make_graph(
@@ -39,4 +41,5 @@ def test_intermediate_values_of_a_graph_with_external_data_are_exposed(tmp_path)
     expected = x @ np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_allclose(values["hidden"], expected)  # an intermediate, not an output
     np.testing.assert_allclose(values["y"], np.maximum(expected, 0))
+    assert "w_t" not in values  # a copy of the weights is no activation: never returned
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
