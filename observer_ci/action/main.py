@@ -178,8 +178,9 @@ def run(settings: Settings, env: Mapping[str, str], progress: _Progress | None =
     recorded = record_history(asked, head)
     if recorded is not None:
         outputs["history_path"] = str(recorded)
-    if (out / "head" / "bundles").is_dir():  # the workflow uploads it as bundles_artifact
-        outputs["bundles_path"] = str(out / "head" / "bundles")
+    bundles = out / "head" / "bundles"
+    if bundles.is_dir():  # the workflow uploads it as bundles_artifact
+        outputs["bundles_path"] = str(bundles)
         # one artifact name per matrix leg (a run's artifact names are unique)
         leg = f"-{settings.label}" if settings.label else ""
         outputs["bundles_artifact"] = BUNDLES_ARTIFACT + leg

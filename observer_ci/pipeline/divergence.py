@@ -83,11 +83,10 @@ def locate_first_divergence(
     del rel_max
     proto = onnx.load(onnx_path, load_external_data=False)
     nodes = parse_nodes(proto.graph, _WRAPPER_SCOPE if method_name != "forward" else None)
-    constants = {i.name for i in proto.graph.initializer}
-    constants |= {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
+    constants = _weights_only(proto.graph)  # initializers, Constant nodes, what they make
     graph = _Graph(nodes, constants, {o.name for o in proto.graph.output})
     calls = _record_calls(model, method_name, args, kwargs)
-    values = _run_exposed(proto, Path(onnx_path).parent, feeds)
+    values = _run_exposed(proto, Path(onnx_path).parent, feeds, constants)
     values.update(feeds)
     kept = None if valid is None else np.asarray(valid).astype(bool)
     found = None if kept is None else _first_diverging_call(graph, calls, values, abs_max, kept)
@@ -154,17 +153,19 @@ def _record_calls(
 
 
 def _run_exposed(
-    proto: onnx.ModelProto, source_dir: Path, feeds: dict[str, np.ndarray]
+    proto: onnx.ModelProto,
+    source_dir: Path,
+    feeds: dict[str, np.ndarray],
+    weights_only: set[str],
 ) -> dict[str, np.ndarray]:
     """Every node output of the main graph that depends on an input, by name, from one
     onnxruntime run of the graph with them all as outputs (``proto`` is changed so).
-    Values computed from weights alone (a transposed weight) are no activation a module
-    returns: exposing them would return a copy of the weights (+2.5 GB on a 600M model).
-    Weights stored beside the graph stay there, never copied or loaded here."""
+    Values computed from weights alone (``weights_only``: a transposed weight) are no
+    activation a module returns: exposing them would return a copy of the weights (+2.5 GB
+    on a 600M model). Weights stored beside the graph stay there, never copied or loaded."""
     graph = proto.graph
     known = {v.name: v for v in list(graph.value_info) + list(graph.input)}
     present = {o.name for o in graph.output}
-    weights_only = _weights_only(graph)
     for node in graph.node:
         for name in node.output:
             if name and name not in present and name not in weights_only:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.cache_inputs import is_media_input
-from observer_ci.core.constants import DEFAULT_OPSET
+from observer_ci.core.constants import BUNDLES_ARTIFACT, DEFAULT_OPSET
 from observer_ci.core.errors import error_tail
 from observer_ci.core.exceptions import MergeError
 from observer_ci.core.results import (
@@ -352,7 +352,8 @@ class FamilyServer:
         shown = entry.name if self.single else f"{entry.name} [{family.name}]"
         calls = plural(len(family.indices), "call")
         progress(f"{shown}: exported in {graph.export.seconds:.1f}s ({calls} observed)")
-        session, failed = self.open_session(family, sub, graph, onnx_path, export_memory)
+        with self.phase("session"):  # a 2.5 GB graph: 10-16 s, more than its replay
+            session, failed = self.open_session(family, sub, graph, onnx_path, export_memory)
         if session is None:
             return graph, failed
         rows = self.replay(family, sub, flags, session, shown)
@@ -413,19 +414,7 @@ class FamilyServer:
     ) -> tuple[Any, dict[int, ObservationResult]]:
         """The graph's onnxruntime session, its creation and first run measured into
         ``graph.footprint``; ``(None, rows)`` when it cannot be created (each call's row
-        says why). Timed as the ``session`` phase (a 2.5 GB graph: 10-16 s, more than its
-        replay)."""
-        with self.phase("session"):
-            return self._open_session(family, sub, graph, onnx_path, export_memory)
-
-    def _open_session(
-        self,
-        family: Family,
-        sub: InputObserver,
-        graph: GraphResult,
-        onnx_path: Path,
-        export_memory: list[PhaseMemory],
-    ) -> tuple[Any, dict[int, ObservationResult]]:
+        says why)."""
         warm_up_onnxruntime()  # its once-per-process costs, outside the figures
         try:
             with measure() as session_memory:
@@ -512,7 +501,6 @@ class FamilyServer:
         failing = any(not r.success for r in rows.values())
         if mode == "none" or (mode == "failing" and not failing) or graph.export is None:
             return
-        from observer_ci.core.constants import BUNDLES_ARTIFACT
         from observer_ci.pipeline.bundle import write_bundle
         from observer_ci.pipeline.diff import flatten_outputs
         from observer_ci.pipeline.environment import environment_fingerprint

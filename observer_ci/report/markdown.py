@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import GITHUB_COMMENT_MAX_CHARS as GITHUB_MAX_CHARS
-from observer_ci.core.constants import MARKER, MASKED_POSITIONS_ONLY
+from observer_ci.core.constants import (
+    MARKER,
+    MASKED_POSITIONS_ONLY,
+    MIN_TIMED_RUNS,
+    TORCH_MIN_TIMED_RUNS,
+)
 from observer_ci.core.results import (
     STATUS_DISCREPANCY,
     STATUS_OK,
@@ -583,9 +588,12 @@ def _timing_settings(settings: dict[str, object]) -> str:
     )
     budget = settings.get("time_budget_s")
     if budget:
+        least = settings.get("min_timed_runs")
+        least = least if isinstance(least, dict) else {}
         text += (
-            f"; up to {settings.get('repeat')} timed runs per call, fewer (at least 3) once "
-            f"a call has used {budget}s (torch: at least 1 within half of it)"
+            f"; up to {settings.get('repeat')} timed runs per call, fewer (at least "
+            f"{least.get('onnxruntime', MIN_TIMED_RUNS)}) once a call has used {budget}s "
+            f"(torch: at least {least.get('torch', TORCH_MIN_TIMED_RUNS)} within half of it)"
         )
     return text + "."
 

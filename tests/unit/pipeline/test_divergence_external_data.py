@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from observer_ci.pipeline.divergence import _run_exposed
+from observer_ci.pipeline.divergence import _run_exposed, _weights_only
 
 
 def _graph_with_external_weights(folder) -> str:
@@ -37,7 +37,7 @@ def test_intermediate_values_of_a_graph_with_external_data_are_exposed(tmp_path)
     proto = onnx.load(path, load_external_data=False)
     assert proto.graph.initializer[0].data_location == TensorProto.EXTERNAL
     x = np.array([[1, -1, 0, 2], [0, 1, -3, 1]], dtype=np.float32)
-    values = _run_exposed(proto, tmp_path, {"x": x})
+    values = _run_exposed(proto, tmp_path, {"x": x}, _weights_only(proto.graph))
     expected = x @ np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_allclose(values["hidden"], expected)  # an intermediate, not an output
     np.testing.assert_allclose(values["y"], np.maximum(expected, 0))
