@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,13 +56,41 @@ def _failing(row: ObservationResult) -> bool:
     return not row.success and row.ort_latency_s is not None
 
 
+@dataclass
+class SessionStep:
+    """What the diagnosis needs of the graph's replay session, taken before it is closed:
+    the failing calls' error split by their mask and the worst call's feeds. The session
+    is released before the first-divergence run opens one of its own (two copies of a
+    large model's weights at a time, not three)."""
+
+    failing: list[tuple[int, int]] = field(default_factory=list)  # (local, call number)
+    split: MaskSplit | None = None
+    feeds: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def session_step(
+    observer: Any, indices: list[int], rows: dict[int, ObservationResult], session: Any
+) -> SessionStep:
+    """The part of the diagnosis that runs the replay ``session`` (nothing when every call
+    agrees): the last use of the session."""
+    step = SessionStep(
+        failing=[(k, i) for k, i in enumerate(indices) if i in rows and _failing(rows[i])]
+    )
+    if step.failing:
+        step.split, step.feeds = _mask_split(
+            observer, indices, step.failing, rows, session, step.notes
+        )
+    return step
+
+
 def diagnose_graph(
     model: Any,
     method: Callable[..., Any],
     observer: Any,
     indices: list[int],
     rows: dict[int, ObservationResult],
-    session: Any,
+    step: SessionStep,
     onnx_path: str,
     *,
     atol: float,
@@ -70,10 +99,11 @@ def diagnose_graph(
     probe_call: tuple[Any, ...] | None = None,
 ) -> Diagnosis | None:
     """The diagnosis of one graph from its replayed ``rows`` (model call number -> row;
-    ``indices[local]`` is the call number of ``observer``'s call ``local``) and the
-    ``(args, kwargs, feeds)`` of unseen sizes where the probe disagreed; None when every call
-    and the probe agree. Never raises: what could not be checked is a note."""
-    failing = [(k, i) for k, i in enumerate(indices) if i in rows and _failing(rows[i])]
+    ``indices[local]`` is the call number of ``observer``'s call ``local``), what
+    :func:`session_step` took from its session, and the ``(args, kwargs, feeds)`` of
+    unseen sizes where the probe disagreed; None when every call and the probe agree.
+    Never raises: what could not be checked is a note."""
+    failing = step.failing
     if not failing and probe_call is None:
         return None
     begin = time.perf_counter()
@@ -91,7 +121,12 @@ def diagnose_graph(
     diagnosis.torch_reproducible, diagnosis.torch_abs = check.reproducible, check.abs
     diagnosis.torch_reason = check.reason
     diagnosis.notes.extend(check.notes)
-    split, feeds = _mask_split(observer, indices, failing, rows, session, diagnosis)
+    diagnosis.notes.extend(step.notes)
+    split, feeds = step.split, step.feeds
+    if split is not None:
+        diagnosis.mask_input = split.mask
+        diagnosis.valid_abs, diagnosis.valid_rel = split.valid_abs, split.valid_rel
+        diagnosis.masked_abs, diagnosis.masked_rel = split.masked_abs, split.masked_rel
     if check.reproducible is not False:  # torch varying by itself: nothing to locate
         if feeds is not None:
             call = (observation.args, observation.kwargs, feeds)
@@ -131,7 +166,7 @@ def _mask_split(
     failing: list[tuple[int, int]],
     rows: dict[int, ObservationResult],
     session: Any,
-    diagnosis: Diagnosis,
+    notes: list[str],
 ) -> tuple[MaskSplit | None, dict[str, Any] | None]:
     """The failing calls' error split by their mask (calls without one count as kept
     positions, calls that agree too); the worst call's feeds for the locator."""
@@ -146,7 +181,7 @@ def _mask_split(
             feeds = match_feeds(onnx_inputs, names, observer.infer_arguments(local, flat=True))
             got = session.run(None, feeds)
         except Exception as e:
-            diagnosis.notes.append(f"call {index} not split by its mask: {error_tail(e, 200)}")
+            notes.append(f"call {index} not split by its mask: {error_tail(e, 200)}")
             unsplit.append(rows[index])
             continue
         if (local, index) == worst:
@@ -162,9 +197,6 @@ def _mask_split(
     if total is not None:  # a call that could not be compared is an error where it counts
         total.valid_abs = max_or_none([total.valid_abs, *(_kept_error(r, "abs") for r in unsplit)])
         total.valid_rel = max_or_none([total.valid_rel, *(_kept_error(r, "rel") for r in unsplit)])
-        diagnosis.mask_input = total.mask
-        diagnosis.valid_abs, diagnosis.valid_rel = total.valid_abs, total.valid_rel
-        diagnosis.masked_abs, diagnosis.masked_rel = total.masked_abs, total.masked_rel
     return total, worst_feeds
 
 

@@ -35,7 +35,12 @@ from observer_ci.pipeline.causes import (
     explain_missing_kernel,
 )
 from observer_ci.pipeline.config import Progress, RunConfig
-from observer_ci.pipeline.diagnosis import diagnose_graph, needs_diagnosis
+from observer_ci.pipeline.diagnosis import (
+    SessionStep,
+    diagnose_graph,
+    needs_diagnosis,
+    session_step,
+)
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
 from observer_ci.pipeline.memory import (
     PhaseMemory,
@@ -373,7 +378,12 @@ class FamilyServer:
                 )
         moving = set(stand_in_failures(graph, rows))  # served again by a graph of their own
         own = {i: r for i, r in rows.items() if i not in moving}
-        graph.diagnosis = self.diagnose(family, sub, own, session, onnx_path)
+        step = SessionStep()
+        if needs_diagnosis(own):
+            with self.phase("diagnose"):
+                step = session_step(sub, family.indices, own, session)
+        del session  # the first-divergence run opens its own: one onnxruntime copy at a time
+        graph.diagnosis = self.diagnose(family, sub, own, step, onnx_path)
         return graph, rows
 
     def diagnose(
@@ -381,13 +391,13 @@ class FamilyServer:
         family: Family,
         sub: InputObserver,
         rows: dict[int, ObservationResult],
-        session: Any,
+        step: SessionStep,
         onnx_path: Path,
     ) -> Diagnosis | None:
         """Why the graph disagrees, only when it does (last: the probe and the variants ran
         on the model as observed; the diagnosis restores what its re-runs change)."""
         probe_call, self.probe_call = self.probe_call, None
-        if not needs_diagnosis(rows) and probe_call is None:
+        if not step.failing and probe_call is None:
             return None
         with self.phase("diagnose"):
             return diagnose_graph(
@@ -396,7 +406,7 @@ class FamilyServer:
                 sub,
                 family.indices,
                 rows,
-                session,
+                step,
                 str(onnx_path),
                 atol=self.config.atol,
                 rtol=self.config.rtol,

@@ -271,3 +271,38 @@ def test_the_first_divergence_names_the_module_once_the_locator_is_there(tmp_pat
     assert found is not None and found.module == "head"
     assert found.module_class == "TakesAnotherPathWhileExporting"
     assert m.cause.kind == "first_divergence" and "`head`" in m.cause.summary
+
+
+class SeesSessions(torch.nn.Module):
+    """``ExportOnlyBranch`` whose eager calls record the graph files of the onnxruntime
+    sessions alive at that moment (a session made from a path keeps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ExportOnlyBranch()
+        self.seen: list[list[str]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_exporting():
+            import gc
+
+            import onnxruntime as ort
+
+            alive = [o for o in gc.get_objects() if isinstance(o, ort.InferenceSession)]
+            self.seen.append(sorted(str(s._model_path) for s in alive if s._model_path))
+        return self.inner(x)
+
+
+def test_the_replay_session_is_released_before_the_first_divergence_run(tmp_path):
+    """The locator opens a session of its own with every value exposed: the replay's is
+    gone by then, or a large model holds three copies of its weights (torch's and two)."""
+    model = SeesSessions().eval()
+    entry = _observed(model, [((torch.randn(b, 4),), {}) for b in (2, 3)], "sees_sessions")
+    model.seen.clear()
+    m = process_model(entry, tmp_path, config=FAST, progress=lambda message: None)
+    assert m.status == STATUS_DISCREPANCY and m.diagnosis.first_divergence is not None
+    graph = str(tmp_path / "onnx" / "sees_sessions.onnx")
+    replayed = [k for k, paths in enumerate(model.seen) if graph in paths]
+    assert replayed, model.seen  # torch is timed beside the open replay session
+    after = model.seen[replayed[-1] + 1 :]  # the self-check and the locator's hooked run
+    assert len(after) >= 2 and all(graph not in paths for paths in after), model.seen
