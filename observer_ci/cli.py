@@ -107,7 +107,7 @@ def _add_run(run: argparse.ArgumentParser) -> None:
         "--rtol",
         type=float,
         help="relative tolerance |torch - ort| / (|torch| + 1e-3), for SUCCESS and the "
-        "discrepancy rule (same as --thresholds rel_max=...; default 1e-2)",
+        "discrepancy rule (same as --thresholds rel_max=...; default 1e-1)",
     )
     run.add_argument(
         "--warmup", type=int, default=DEFAULTS.warmup, help="untimed runs before timing"
