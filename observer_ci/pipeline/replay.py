@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from observer_ci.core.constants import MIN_TIMED_RUNS, TORCH_MIN_TIMED_RUNS
+from observer_ci.core.constants import (
+    MIN_TIMED_RUNS,
+    SLOW_RUN_SHARE,
+    TIGHT_SPREAD,
+    TORCH_MIN_TIMED_RUNS,
+)
 from observer_ci.core.errors import error_tail
 from observer_ci.core.exceptions import FeedError
 from observer_ci.core.results import ObservationResult
@@ -81,12 +86,18 @@ def time_runs(
     calls ``fn(*prepare())``, ``prepare`` untimed (fresh clones of inputs a model mutates).
 
     With ``budget_s``, a call that is slow for its budget stops early: the warm-up ends once
-    it has used half the budget, and timing once ``min_runs`` runs are in and the timed runs
-    have used the budget (a large model is timed ``min_runs`` times, a small one ``repeat``)."""
+    it has used half the budget or after one slow run (:data:`SLOW_RUN_SHARE` of the
+    budget), and timing once ``min_runs`` runs are in and either the timed runs have used
+    the budget or slow runs agree within :data:`TIGHT_SPREAD` (a large model is timed
+    ``min_runs`` times, a small one ``repeat``)."""
     begin = time.perf_counter()
     for _ in range(max(0, warmup)):
+        start = time.perf_counter()
         fn(*prepare())
-        if budget_s is not None and time.perf_counter() - begin > budget_s / 2:
+        now = time.perf_counter()
+        if budget_s is not None and (
+            now - begin > budget_s / 2 or now - start >= SLOW_RUN_SHARE * budget_s
+        ):
             break
     durations: list[float] = []
     result = None
@@ -95,9 +106,18 @@ def time_runs(
         start = time.perf_counter()
         result = fn(*arguments)
         durations.append(time.perf_counter() - start)
-        if budget_s is not None and k + 1 >= min_runs and sum(durations) >= budget_s:
+        if budget_s is not None and k + 1 >= min_runs and _enough(durations, budget_s):
             break
     return result, durations
+
+
+def _enough(durations: list[float], budget_s: float) -> bool:
+    """The timed runs have used the budget, or slow runs already agree."""
+    if sum(durations) >= budget_s:
+        return True
+    median = statistics.median(durations)
+    steady = max(durations) - min(durations) <= TIGHT_SPREAD * median
+    return min(durations) >= SLOW_RUN_SHARE * budget_s and steady
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ damaged entries discarded and rebuilt (real exports, real files, real onnxruntim
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -342,3 +343,34 @@ def test_weights_are_hashed_once_per_script_and_still_follow_writes():
     model.bias.data.add_(1)  # moves nothing the memo sees...
     export_cache.forget_weight_digests()  # ...which is why each script starts without it
     assert export_cache._state_digest(model) != second
+
+
+def test_weights_hashed_in_threads_give_the_one_thread_digest_and_follow_writes():
+    """A large model's weights are hashed one thread per core: the same key, memoised alike."""
+    from observer_ci.pipeline import export_cache
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(1024, 1024) for _ in range(20)))  # 80 MB
+    assert sum(p.numel() * 4 for p in model.parameters()) > export_cache._PARALLEL_HASH_BYTES
+    export_cache.forget_weight_digests()
+    export_cache._digest_in_parallel(model)
+    if (os.cpu_count() or 1) >= 2:
+        assert all(id(p) in export_cache._BYTES_DIGESTS for p in model.parameters())
+    threaded = export_cache._state_digest(model)
+    export_cache.forget_weight_digests()
+    one_thread = hashlib.blake2b(digest_size=20)
+    for name, module in model.named_modules():  # the key's recipe, tensor by tensor
+        one_thread.update(
+            f"M:{name}:{type(module).__module__}.{type(module).__qualname__}".encode()
+        )
+        for pname, tensor in module.named_parameters(recurse=False):
+            export_cache._hash_tensor(one_thread, f"P:{pname}", tensor)
+        attributes = vars(module)
+        for key in sorted(attributes):
+            if key not in export_cache._MODULE_INTERNALS:
+                one_thread.update(f"A:{key}=".encode())
+                export_cache._hash_value(one_thread, attributes[key], depth=0)
+    assert threaded == one_thread.hexdigest()
+    with torch.no_grad():
+        model[7].weight[3, 3] += 1.0  # one element of one layer
+    assert export_cache._state_digest(model) != threaded

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from observer_ci.core.constants import TORCH_MIN_TIMED_RUNS
+from observer_ci.core.constants import SLOW_RUN_SHARE, TIGHT_SPREAD, TORCH_MIN_TIMED_RUNS
 from observer_ci.pipeline.config import RunConfig
 from observer_ci.pipeline.replay import MIN_TIMED_RUNS, time_runs, time_torch_call, torch_threads
 
@@ -71,3 +71,40 @@ def test_torch_slow_for_its_budget_is_timed_once_and_results_record_both_minimum
     assert len(fast) == 6  # a fast call still gets every repeat
     recorded = RunConfig().recorded()["min_timed_runs"]
     assert recorded == {"onnxruntime": MIN_TIMED_RUNS, "torch": TORCH_MIN_TIMED_RUNS}
+
+
+def sleeper(seconds: list[float]):
+    """A call sleeping each listed duration in turn (the last one from then on)."""
+    pending = list(seconds)
+
+    def call() -> None:
+        time.sleep(pending.pop(0) if len(pending) > 1 else pending[0])
+
+    return call
+
+
+def test_a_steady_slow_call_stops_at_the_minimum_once_its_runs_agree():
+    budget = 1.0  # runs of 0.2 s: slow (SLOW_RUN_SHARE of it), 5 of them would fit
+    assert SLOW_RUN_SHARE * budget <= 0.2
+    calls = []
+
+    def steady() -> None:
+        calls.append(1)
+        time.sleep(0.2)
+
+    _, durations = time_runs(steady, warmup=2, repeat=10, budget_s=budget)
+    assert len(durations) == MIN_TIMED_RUNS  # agree within TIGHT_SPREAD: enough
+    assert len(calls) == 1 + MIN_TIMED_RUNS  # one slow warm-up is enough
+    assert max(durations) - min(durations) <= TIGHT_SPREAD * sorted(durations)[1]
+
+
+def test_a_noisy_slow_call_is_timed_on_until_its_runs_agree_or_the_budget_is_spent():
+    # warm-up 0.2, then 0.2, 0.5, 0.2: spread over TIGHT_SPREAD, the minimum is not enough
+    noisy = sleeper([0.2, 0.2, 0.5, 0.2])
+    _, durations = time_runs(noisy, warmup=2, repeat=10, budget_s=1.0)
+    assert len(durations) == MIN_TIMED_RUNS + 1 and sum(durations) >= 1.0  # the budget
+
+
+def test_a_call_under_the_slow_share_is_timed_as_before():
+    _, durations = time_runs(slow_call, warmup=2, repeat=10, budget_s=1.0)  # 10 ms < 100 ms
+    assert len(durations) == 10
