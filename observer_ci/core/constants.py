@@ -166,9 +166,9 @@ MIN_TIMED_RUNS = 3  # the latency rules compare ORT medians: fewer samples are t
 # budget is timed once, within half the budget (a 600M model: 2 torch runs a call, not 4)
 TORCH_MIN_TIMED_RUNS = 1
 # A run that takes this share of its call's budget or more is slow (a 600M model's decode
-# step, 0.1 s of 1 s): one warm-up is enough, and timing stops as soon as the minimum runs
+# step, 0.09 s of 1 s): one warm-up is enough, and timing stops as soon as the minimum runs
 # agree within TIGHT_SPREAD of their median: more samples of a steady slow call tell the
-# latency rules (x1.5, beyond the noise) nothing new. Calls under it (every shipped example)
-# are timed as before.
-SLOW_RUN_SHARE = 0.1
+# latency rules (x1.5, beyond the noise) nothing new. Calls under it (every shipped example,
+# under 1 ms) are timed as before.
+SLOW_RUN_SHARE = 0.05
 TIGHT_SPREAD = 0.1
