@@ -594,6 +594,23 @@ def explain_probe_mismatch(shapes: dict[str, list[int]], abs_error: float | None
     )
 
 
+def explain_probe_rounding(
+    shapes: dict[str, list[int]], abs_error: float, rel_error: float, atol: float, rtol: float
+) -> Cause:
+    """onnxruntime ran on unseen sizes and is within ``abs_max`` everywhere, over ``rel_max``
+    only: rounding at outputs near 0 (rel is |d| / (|expected| + 1e-3)), not a branch."""
+    return Cause(
+        PROBE_FAILURE,
+        f"at sizes never observed ({probe_sizes(shapes)}) onnxruntime and torch differ by "
+        f"{abs_error:.3g} at most, within abs_max {atol:.3g}, but the relative error "
+        f"{rel_error:.3g} exceeds rel_max {rtol:.3g}: rounding where outputs are near 0, "
+        "not another computation (a branch on a size shows as a large absolute error)",
+        f"if a relative error of {rel_error:.2g} on outputs this close to 0 is acceptable, "
+        f"raise rel_max for this model (policy file `rel_max: {2 * rel_error:.2g}`); "
+        "otherwise observe a call at these sizes and compare its outputs",
+    )
+
+
 def explain_masked_only(
     mask: str, masked_abs: float, valid_abs: float, fast_path: bool, where: str = ""
 ) -> Cause:

@@ -28,6 +28,7 @@ from observer_ci.pipeline.causes import (
     explain_masked_only,
     explain_probe_failure,
     explain_probe_mismatch,
+    explain_probe_rounding,
     probe_sizes,
 )
 from observer_ci.pipeline.diagnosis import uses_fast_path
@@ -228,7 +229,10 @@ def _mismatch_cause(
         return explain_masked_only(
             split.mask, split.masked_abs, split.valid_abs, uses_fast_path(model), where
         )
-    return explain_probe_mismatch(shapes, max_diff(expected, got).abs)
+    diff = max_diff(expected, got)
+    if diff.comparable and diff.abs <= atol and diff.rel > rtol:
+        return explain_probe_rounding(shapes, diff.abs, diff.rel, atol, rtol)
+    return explain_probe_mismatch(shapes, diff.abs)
 
 
 def _broken_dims(
