@@ -298,69 +298,99 @@ class FamilyServer:
 
     def serve(self, family: Family) -> tuple[GraphResult, dict[int, ObservationResult]]:
         """Exports ``family``'s graph, replays its calls on it and probes it."""
-        entry, config, progress = self.entry, self.config, self.progress
-        obs = entry.observer
-        whole = family.indices == list(range(obs.num_obs())) and not family.without_missing
-        inherit = family.inherit_dynamic
-        sub = (
-            obs
-            if whole
-            else obs.subset(
-                family.indices, inherit_dynamic=inherit, without_missing=family.without_missing
-            )
-        )
-        self.observers[tuple(family.indices)] = sub
-        flags = _flags_for(sub, entry.set_batch_dimension_for)
         graph = GraphResult(
             name=family.name, observation_indices=family.indices, reason=family.reason
         )
         onnx_path = self.path(family.name)
         export_memory: list[PhaseMemory] = []
+        sub, flags = self.export_graph(family, graph, onnx_path, export_memory)
+        if graph.export is None or not graph.export.ok:
+            return graph, {}  # the graph entry holds the error and the calls it would serve
+        shown = self.entry.name if self.single else f"{self.entry.name} [{family.name}]"
+        calls = plural(len(family.indices), "call")
+        self.progress(f"{shown}: exported in {graph.export.seconds:.1f}s ({calls} observed)")
+        return graph, self.check_graph(family, sub, flags, graph, onnx_path, export_memory)
+
+    def export_graph(
+        self,
+        family: Family,
+        graph: GraphResult,
+        onnx_path: Path,
+        export_memory: list[PhaseMemory],
+    ) -> tuple[InputObserver, Any]:
+        """``graph.export`` of the family's calls, and the observer and batch flags it was
+        exported from; once more with the family's own sizes, static, when the model fixes
+        a dim the family inherits from other calls."""
+        obs = self.entry.observer
+        whole = family.indices == list(range(obs.num_obs())) and not family.without_missing
+        sub = (
+            obs
+            if whole
+            else obs.subset(
+                family.indices,
+                inherit_dynamic=family.inherit_dynamic,
+                without_missing=family.without_missing,
+            )
+        )
+        self.observers[tuple(family.indices)] = sub
+        flags = _flags_for(sub, self.entry.set_batch_dimension_for)
+        graph.export = self._export(family, sub, flags, onnx_path, export_memory, whole)
+        if graph.export.ok or not self._model_fixes_inherited(family, sub, graph.export):
+            return sub, flags
+        # the dims it inherits from other calls are fixed by the model for these calls
+        # (Mamba's prefill loops over its sequence): export them as observed, static
+        family.inherit_dynamic = False
+        sub = obs.subset(family.indices, inherit_dynamic=False)
+        self.observers[tuple(family.indices)] = sub
+        flags = _flags_for(sub, self.entry.set_batch_dimension_for)
+        first = graph.export
+        graph.export = self._export(family, sub, flags, onnx_path, export_memory, False)
+        if graph.export.ok:
+            why = first.cause.summary if first.cause else first.error
+            graph.export.notes.append(
+                f"{family.name}: exported with the sizes of its own calls, static: it "
+                f"serves those sizes only (with the dims of the other graphs' calls: {why})"
+            )
+        return sub, flags
+
+    def _export(
+        self,
+        family: Family,
+        sub: InputObserver,
+        flags: Any,
+        onnx_path: Path,
+        export_memory: list[PhaseMemory],
+        whole: bool,
+    ) -> ExportResult:
         with self.phase("export"):
-            graph.export = export_model(
-                entry,
+            return export_model(
+                self.entry,
                 onnx_path,
-                cache_dir=config.cache_dir,
+                cache_dir=self.config.cache_dir,
                 observer=None if whole else sub,
                 set_batch_dimension_for=flags,
                 call_numbers=None if whole else family.indices,
-                cache_max_bytes=config.cache_max_bytes,
+                cache_max_bytes=self.config.cache_max_bytes,
                 measured=export_memory,
             )
-        if not graph.export.ok and self._model_fixes_inherited(family, sub, graph.export):
-            # the dims it inherits from other calls are fixed by the model for these calls
-            # (Mamba's prefill loops over its sequence): export them as observed, static
-            family.inherit_dynamic = False
-            sub = obs.subset(family.indices, inherit_dynamic=False)
-            self.observers[tuple(family.indices)] = sub
-            flags = _flags_for(sub, entry.set_batch_dimension_for)
-            first = graph.export
-            with self.phase("export"):
-                graph.export = export_model(
-                    entry,
-                    onnx_path,
-                    cache_dir=config.cache_dir,
-                    observer=sub,
-                    set_batch_dimension_for=flags,
-                    call_numbers=family.indices,
-                    cache_max_bytes=config.cache_max_bytes,
-                    measured=export_memory,
-                )
-            if graph.export.ok:
-                why = first.cause.summary if first.cause else first.error
-                graph.export.notes.append(
-                    f"{family.name}: exported with the sizes of its own calls, static: it "
-                    f"serves those sizes only (with the dims of the other graphs' calls: {why})"
-                )
-        if not graph.export.ok:
-            return graph, {}  # the graph entry holds the error and the calls it would serve
-        shown = entry.name if self.single else f"{entry.name} [{family.name}]"
-        calls = plural(len(family.indices), "call")
-        progress(f"{shown}: exported in {graph.export.seconds:.1f}s ({calls} observed)")
+
+    def check_graph(
+        self,
+        family: Family,
+        sub: InputObserver,
+        flags: Any,
+        graph: GraphResult,
+        onnx_path: Path,
+        export_memory: list[PhaseMemory],
+    ) -> dict[int, ObservationResult]:
+        """The exported graph's session, replay, bundle, probe, variants and diagnosis; the
+        rows of the calls it serves."""
+        config, progress = self.config, self.progress
+        shown = self.entry.name if self.single else f"{self.entry.name} [{family.name}]"
         with self.phase("session"):  # a 2.5 GB graph: 10-16 s, more than its replay
             session, failed = self.open_session(family, sub, graph, onnx_path, export_memory)
         if session is None:
-            return graph, failed
+            return failed
         rows = self.replay(family, sub, flags, session, shown)
         self.bundle(family, sub, graph, session, rows)
         if config.save_feeds and not self.feeds_saved:  # paired timing uses the main graph
@@ -374,7 +404,7 @@ class FamilyServer:
         if wanted(config):  # fp16, int8, optimized, other providers
             with self.phase("variants"):
                 self.notes += serve_variants(
-                    entry, config, sub, flags, session, graph, rows, onnx_path, progress
+                    self.entry, config, sub, flags, session, graph, rows, onnx_path, progress
                 )
         moving = set(stand_in_failures(graph, rows))  # served again by a graph of their own
         own = {i: r for i, r in rows.items() if i not in moving}
@@ -384,7 +414,7 @@ class FamilyServer:
                 step = session_step(sub, family.indices, own, session)
         del session  # the first-divergence run opens its own: one onnxruntime copy at a time
         graph.diagnosis = self.diagnose(family, sub, own, step, onnx_path)
-        return graph, rows
+        return rows
 
     def diagnose(
         self,
