@@ -95,29 +95,18 @@ def export_observed(
     patched: list[str] = []  # export_patches applied
     for index in candidates:
         try:
-            inputs = observer.infer_arguments(index, as_args_kwargs=True)
-            with exportable_experts(model) as export_notes:
-                program = _export_one(module, inputs, dynamic_shapes, opset, patched)
-            program.save(str(onnx_path), external_data=_needs_external_data(program))
-        except Exception as e:
-            error = error_tail(e)
-            failures.append(f"call {number(index)}: {error}")
-            first_error = first_error or e
-            if explain_exception(e, observer=observer).kind in SAMPLE_INDEPENDENT:
-                break  # another sample fails the same way
-            key = _error_key(error)
-            if key in seen_errors:
-                break  # the same failure twice: other samples would fail alike
-            seen_errors.add(key)
-            continue
-        notes = _name_axes(onnx_path, observer, set_batch_dimension_for) if named_dims else []
-        result = describe_onnx(onnx_path)
-        if patched:
-            notes.append(
-                f"exported with observer-ci's export patches {sorted(set(patched))} "
-                "(see the README); every call is checked against the unpatched model"
+            export_notes = _export_sample(
+                model, module, observer, index, dynamic_shapes, opset, patched, onnx_path
             )
-        result.notes = export_notes + notes
+        except Exception as e:
+            failures.append(f"call {number(index)}: {error_tail(e)}")
+            first_error = first_error or e
+            if _others_fail_alike(e, observer, seen_errors):
+                break
+            continue
+        result = _described(
+            onnx_path, observer, set_batch_dimension_for, named_dims, patched, export_notes
+        )
         result.seconds = time.perf_counter() - begin
         result.sample_index = number(index)
         result.failed_samples = failures
@@ -129,6 +118,56 @@ def export_observed(
         failed_samples=failures,
         cause=explain_exception(first_error, observer=observer) if first_error else None,
     )
+
+
+def _export_sample(
+    model: Any,
+    module: Any,
+    observer: InputObserver,
+    index: int,
+    dynamic_shapes: Any,
+    opset: int,
+    patched: list[str],
+    onnx_path: Path,
+) -> list[str]:
+    """Exports and saves the graph traced on observed call ``index``; the export's notes."""
+    inputs = observer.infer_arguments(index, as_args_kwargs=True)
+    with exportable_experts(model) as export_notes:
+        program = _export_one(module, inputs, dynamic_shapes, opset, patched)
+    program.save(str(onnx_path), external_data=_needs_external_data(program))
+    return export_notes
+
+
+def _others_fail_alike(error: BaseException, observer: InputObserver, seen: set[str]) -> bool:
+    """True when another sample would fail the same way: a failure that does not depend on
+    the sample, or the same error twice."""
+    if explain_exception(error, observer=observer).kind in SAMPLE_INDEPENDENT:
+        return True
+    key = _error_key(error_tail(error))
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
+def _described(
+    onnx_path: Path,
+    observer: InputObserver,
+    set_batch_dimension_for: Any,
+    named_dims: bool,
+    patched: list[str],
+    export_notes: list[str],
+) -> ExportResult:
+    """The saved graph's facts, its axes named first when asked, with the export's notes."""
+    notes = _name_axes(onnx_path, observer, set_batch_dimension_for) if named_dims else []
+    result = describe_onnx(onnx_path)
+    if patched:
+        notes.append(
+            f"exported with observer-ci's export patches {sorted(set(patched))} "
+            "(see the README); every call is checked against the unpatched model"
+        )
+    result.notes = export_notes + notes
+    return result
 
 
 def _name_axes(onnx_path: Path, observer: InputObserver, set_batch_dimension_for: Any) -> list[str]:

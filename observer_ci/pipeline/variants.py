@@ -298,37 +298,21 @@ def check_graph_variants(
     installed = installed_providers()
     imports = preload(variants)
     ready = [p for p in providers if PROVIDERS[p] in installed]
-    # every step in one fork (a crash costs only its own step): torch on each device,
-    # then each variant built and replayed on each provider
-    steps: list[Callable[[], Any]] = []
-    keys: list[tuple[str, str]] = []
-    for provider in ready:
-        if TORCH_DEVICES.get(provider) and plan.torch_call is not None:
-            steps.append(lambda d=TORCH_DEVICES[provider]: plan.torch_call(d))  # type: ignore[misc]
-            keys.append(("torch", provider))
-    for variant in (FLOAT32, *variants):
-        where = [p for p in ready if not (p == CPU and variant == FLOAT32)]
-        if not where:
-            continue
-        path = onnx_path if variant == FLOAT32 else variant_path(onnx_path, variant)
-        if variant != FLOAT32:
-            steps.append(lambda v=variant, t=path: build_variant(v, onnx_path, t))
-            keys.append(("build", variant))
-        for provider in where:
-            steps.append(
-                lambda v=variant, p=provider, t=path: replay_variant(
-                    t,
-                    v,
-                    p,
-                    plan,
-                    limits=limits(v),
-                    hist=hist,
-                    warmup=warmup,
-                    repeat=repeat,
-                    threads=threads,
-                )
-            )
-            keys.append((variant, provider))
+
+    def replay(variant: str, provider: str, path: Path) -> Any:
+        return replay_variant(
+            path,
+            variant,
+            provider,
+            plan,
+            limits=limits(variant),
+            hist=hist,
+            warmup=warmup,
+            repeat=repeat,
+            threads=threads,
+        )
+
+    keys, steps = _variant_steps(onnx_path, plan, variants, ready, replay)
     outcome = dict(zip(keys, run_isolated_steps(steps)))
     found = [reference_row(graph, rows)]
     found[0].abs_max, found[0].rel_max = limits(FLOAT32)
@@ -360,6 +344,35 @@ def check_graph_variants(
                 + (f" ({row.reason})" if row.reason else "")
             )
     return found
+
+
+def _variant_steps(
+    onnx_path: Path,
+    plan: Plan,
+    variants: tuple[str, ...],
+    ready: list[str],
+    replay: Callable[[str, str, Path], Any],
+) -> tuple[list[tuple[str, str]], list[Callable[[], Any]]]:
+    """Every step in one fork (a crash costs only its own step), each with its key: torch
+    on each device, then each variant built and replayed on each provider."""
+    steps: list[Callable[[], Any]] = []
+    keys: list[tuple[str, str]] = []
+    for provider in ready:
+        if TORCH_DEVICES.get(provider) and plan.torch_call is not None:
+            steps.append(lambda d=TORCH_DEVICES[provider]: plan.torch_call(d))  # type: ignore[misc]
+            keys.append(("torch", provider))
+    for variant in (FLOAT32, *variants):
+        where = [p for p in ready if not (p == CPU and variant == FLOAT32)]
+        if not where:
+            continue
+        path = onnx_path if variant == FLOAT32 else variant_path(onnx_path, variant)
+        if variant != FLOAT32:
+            steps.append(lambda v=variant, t=path: build_variant(v, onnx_path, t))
+            keys.append(("build", variant))
+        for provider in where:
+            steps.append(lambda v=variant, p=provider, t=path: replay(v, p, t))
+            keys.append((variant, provider))
+    return keys, steps
 
 
 def _row(
