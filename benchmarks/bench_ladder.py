@@ -94,6 +94,14 @@ def run(script: Path, out: Path, cache: Path) -> dict[str, float]:
         "rss_mb": max(usage.ru_maxrss / 1024, (results.get("peak_rss_bytes") or 0) / 2**20),
         "replay": sum(m.get("phase_seconds", {}).get("replay", 0.0) for m in models),
         "status": ",".join(sorted({m["status"] for m in models})) or "none",
+        # a "hit" that exported again (the key moved: observer-ci's own source is in it,
+        # so editing the package between the cold run and the hit makes a miss)
+        "exported": sum(
+            not (g.get("export") or {}).get("cached", False)
+            for m in models
+            for g in m.get("graphs", [])
+            if (g.get("export") or {}).get("ok")
+        ),
         "load": load_avg,
         "notes": " / ".join(notes_of(m) for m in models),
     }
@@ -159,9 +167,12 @@ def row(family: str, size: int, params: int, name: str, r: dict, runs: dict) -> 
         return f"{r[key] / of[key]:.2f}x" if of and of[key] and name != "bare" else ""
 
     share = f"{r['replay'] / r['wall']:.0%}" if "replay" in r and r["wall"] else ""
+    status = r.get("status", "bare")
+    if name == "hit" and r.get("exported"):
+        status += f", NOT A HIT: {r['exported']} graph(s) exported again"
     vs_cold = ratio("wall", cold) if name == "hit" else ""
     print(
-        f"| {family} {size}M ({r.get('status', 'bare')}) | {params / 1e6:.0f}M | "
+        f"| {family} {size}M ({status}) | {params / 1e6:.0f}M | "
         f"{4 * params / 2**20:.0f} | {name} | {r['wall']:.1f} | {r['cpu']:.1f} | "
         f"{r['rss_mb']:.0f} | {r['rss_mb'] * 2**20 / (4 * params):.2f}x | {share} | {vs_cold} | "
         f"{ratio('wall', base)} | {ratio('cpu', base)} | {ratio('rss_mb', base)} | "
