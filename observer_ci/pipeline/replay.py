@@ -80,6 +80,7 @@ def time_runs(
     budget_s: float | None = None,
     prepare: Callable[[], tuple[Any, ...]] = tuple,
     min_runs: int = MIN_TIMED_RUNS,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[Any, list[float]]:
     """Runs ``fn`` ``warmup`` times untimed then up to ``repeat`` times; returns the last
     result and every timed duration (the spread tells noise from a real change). Each run
@@ -89,12 +90,12 @@ def time_runs(
     it has used half the budget or after one slow run (:data:`SLOW_RUN_SHARE` of the
     budget), and timing once ``min_runs`` runs are in and either the timed runs have used
     the budget or slow runs agree within :data:`TIGHT_SPREAD` (a large model is timed
-    ``min_runs`` times, a small one ``repeat``)."""
-    begin = time.perf_counter()
+    ``min_runs`` times, a small one ``repeat``). ``clock``: seconds, for the tests."""
+    begin = clock()
     for _ in range(max(0, warmup)):
-        start = time.perf_counter()
+        start = clock()
         fn(*prepare())
-        now = time.perf_counter()
+        now = clock()
         if budget_s is not None and (
             now - begin > budget_s / 2 or now - start >= SLOW_RUN_SHARE * budget_s
         ):
@@ -103,9 +104,9 @@ def time_runs(
     result = None
     for k in range(max(1, repeat)):
         arguments = prepare()
-        start = time.perf_counter()
+        start = clock()
         result = fn(*arguments)
-        durations.append(time.perf_counter() - start)
+        durations.append(clock() - start)
         if budget_s is not None and k + 1 >= min_runs and _enough(durations, budget_s):
             break
     return result, durations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from observer_ci.core.constants import SLOW_RUN_SHARE, TIGHT_SPREAD, TORCH_MIN_TIMED_RUNS
@@ -73,38 +74,41 @@ def test_torch_slow_for_its_budget_is_timed_once_and_results_record_both_minimum
     assert recorded == {"onnxruntime": MIN_TIMED_RUNS, "torch": TORCH_MIN_TIMED_RUNS}
 
 
-def sleeper(seconds: list[float]):
-    """A call sleeping each listed duration in turn (the last one from then on)."""
-    pending = list(seconds)
+class Clock:
+    """A clock that moves only when a call runs: each call lasts the next listed duration
+    (the last one from then on), so a timing rule is tested exactly, whatever the load."""
 
-    def call() -> None:
-        time.sleep(pending.pop(0) if len(pending) > 1 else pending[0])
+    def __init__(self, seconds: list[float]) -> None:
+        self.now, self.pending, self.calls = 0.0, list(seconds), 0
 
-    return call
+    def __call__(self) -> float:
+        return self.now
+
+    def call(self) -> None:
+        self.calls += 1
+        self.now += self.pending.pop(0) if len(self.pending) > 1 else self.pending[0]
 
 
 def test_a_steady_slow_call_stops_at_the_minimum_once_its_runs_agree():
     budget = 1.0  # runs of 0.2 s: slow (SLOW_RUN_SHARE of it), 5 of them would fit
     assert SLOW_RUN_SHARE * budget <= 0.2
-    calls = []
-
-    def steady() -> None:
-        calls.append(1)
-        time.sleep(0.2)
-
-    _, durations = time_runs(steady, warmup=2, repeat=10, budget_s=budget)
-    assert len(durations) == MIN_TIMED_RUNS  # agree within TIGHT_SPREAD: enough
-    assert len(calls) == 1 + MIN_TIMED_RUNS  # one slow warm-up is enough
-    assert max(durations) - min(durations) <= TIGHT_SPREAD * sorted(durations)[1]
+    clock = Clock([0.2, 0.2, 0.21, 0.2])
+    _, durations = time_runs(clock.call, warmup=2, repeat=10, budget_s=budget, clock=clock)
+    assert durations == pytest.approx([0.2, 0.21, 0.2])  # agree within TIGHT_SPREAD: enough
+    assert clock.calls == 1 + MIN_TIMED_RUNS  # one slow warm-up is enough
+    assert TIGHT_SPREAD * 0.2 >= 0.01  # the 0.21 run is within the spread
 
 
 def test_a_noisy_slow_call_is_timed_on_until_its_runs_agree_or_the_budget_is_spent():
     # warm-up 0.2, then 0.2, 0.5, 0.2: spread over TIGHT_SPREAD, the minimum is not enough
-    noisy = sleeper([0.2, 0.2, 0.5, 0.2])
-    _, durations = time_runs(noisy, warmup=2, repeat=10, budget_s=1.0)
-    assert len(durations) == MIN_TIMED_RUNS + 1 and sum(durations) >= 1.0  # the budget
+    clock = Clock([0.2, 0.2, 0.5, 0.2])
+    _, durations = time_runs(clock.call, warmup=2, repeat=10, budget_s=1.0, clock=clock)
+    assert durations == pytest.approx([0.2, 0.5, 0.2, 0.2])  # stopped by the budget (1.1 s)
 
 
 def test_a_call_under_the_slow_share_is_timed_as_before():
-    _, durations = time_runs(slow_call, warmup=2, repeat=10, budget_s=1.0)  # 10 ms < 100 ms
-    assert len(durations) == 10
+    clock = Clock([0.04])  # 40 ms < 5% of 1 s: every repeat, the usual warm-up
+    _, durations = time_runs(clock.call, warmup=2, repeat=10, budget_s=1.0, clock=clock)
+    assert len(durations) == 10 and clock.calls == 2 + 10
+    _, real = time_runs(slow_call, warmup=2, repeat=10, budget_s=1.0)  # the real clock: 10 ms
+    assert len(real) == 10
