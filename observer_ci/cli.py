@@ -479,14 +479,18 @@ def _baseline(spec: str | None, runs: int):
     """The base run and, for ``history:DIR``, the history it is the newest run of."""
     if not spec:
         return None, None
+    from observer_ci.core.logs import logger
+    from observer_ci.core.runner import this_runner
     from observer_ci.report.history import is_history, read_history
 
     if not is_history(spec):
         return _read(spec), None
     try:
-        history = read_history(spec, last=runs)
+        history = read_history(spec, last=runs, runner=this_runner())
     except ValueError as e:
         raise UsageError(f"--baseline: {e}") from e
+    for note in history.notes:
+        logger.warning("%s", note)
     return history.latest, history
 
 

@@ -26,6 +26,7 @@ from observer_ci.action.artifact import MAX_RESULTS_BYTES
 from observer_ci.action.settings import Settings
 from observer_ci.core.logs import logger
 from observer_ci.core.results import RunResults
+from observer_ci.core.runner import this_runner
 from observer_ci.github.client import GitHubClient, GitHubError
 from observer_ci.github.sticky import repo_from_env
 from observer_ci.report.history import HISTORY_PREFIX, History, read_history
@@ -90,10 +91,11 @@ def load_history(
     if folder is None:
         return None
     try:
-        history = read_history(folder, last=settings.history_runs)
+        history = read_history(folder, last=settings.history_runs, runner=this_runner())
     except ValueError as e:
         notes.append(f"baseline history: {e}")
         return None
+    notes.extend(history.notes)
     if not history.runs:
         notes.append(f"baseline history: no readable results.json under {folder}")
         return None

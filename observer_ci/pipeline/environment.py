@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import platform
-from pathlib import Path
 from typing import Any
 
 from observer_ci.core.constants import DEFAULT_OPSET
+from observer_ci.core.runner import this_runner
 
 
 def environment_fingerprint() -> dict[str, Any]:
@@ -15,9 +14,7 @@ def environment_fingerprint() -> dict[str, Any]:
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "machine": platform.machine(),
-        "processor": _cpu_name(),
-        "cpu_count": os.cpu_count(),
+        **this_runner(),
     }
     for mod in ("torch", "onnx", "onnxruntime", "onnxscript", "transformers", "numpy"):
         env[mod] = _version_of(mod)
@@ -38,13 +35,3 @@ def _version_of(module: str) -> str | None:
         return metadata.version(module)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"

@@ -7,7 +7,9 @@ per model, the median and the 10th-90th percentiles of the history's per-run ORT
 A model is flagged when its median is over ``latency_ratio_max`` times the history's median
 *and* above the band's top (a percentile test, as Bencher's and CodSpeed's bands are: no
 distribution is assumed, the band is what the machine actually did). With fewer than
-:data:`MIN_RUNS` runs no band is drawn and the newest run is a plain base.
+:data:`MIN_RUNS` runs no band is drawn and the newest run is a plain base. Given the
+current runner (``core/runner.py``), the band is drawn only from runs of its class (a run
+recorded without those facts counts as one), and ``notes`` says how many were left out.
 
 pandas holds the history (runs x models x metrics) and computes the quantiles and the
 trend; it is imported here only, lazily, so the parent's start-up, publish mode and plain
@@ -18,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from observer_ci.core.results import RunResults, max_or_none
+from observer_ci.core.runner import describe_runner, runner_class
 
 HISTORY_PREFIX = "history:"
 DEFAULT_RUNS = 20
@@ -48,6 +52,7 @@ class History:
     runs: list[RunResults]
     bands: dict[str, Band]
     frame: Any  # pandas.DataFrame: run, created_at, commit, model, export_s, ort_s, abs
+    notes: list[str] = field(default_factory=list)  # runs left out of the band, and why
 
     @property
     def latest(self) -> RunResults | None:
@@ -58,9 +63,15 @@ def is_history(spec: str | None) -> bool:
     return bool(spec) and str(spec).startswith(HISTORY_PREFIX)
 
 
-def read_history(spec: str | os.PathLike[str], last: int = DEFAULT_RUNS) -> History:
+def read_history(
+    spec: str | os.PathLike[str],
+    last: int = DEFAULT_RUNS,
+    runner: Mapping[str, Any] | None = None,
+) -> History:
     """The history in ``history:DIR`` (or a plain directory): unreadable files are skipped
-    with a warning, never fatal. Raises ``ValueError`` when ``DIR`` is not a directory."""
+    with a warning, never fatal; with ``runner`` (``core.runner.this_runner()``) the band
+    is drawn from runs of its class only. Raises ``ValueError`` when ``DIR`` is not a
+    directory."""
     text = str(spec)
     folder = Path(text[len(HISTORY_PREFIX) :] if text.startswith(HISTORY_PREFIX) else text)
     if not folder.is_dir():
@@ -74,7 +85,17 @@ def read_history(spec: str | os.PathLike[str], last: int = DEFAULT_RUNS) -> Hist
     runs.sort(key=lambda r: r.created_at or "")
     runs = runs[-max(1, last) :]
     frame = history_frame(runs)
-    return History(runs, bands(frame), frame)
+    wanted = runner_class(runner) if runner is not None else None
+    if runner is None or wanted is None:
+        return History(runs, bands(frame), frame)
+    alike = [k for k, r in enumerate(runs) if runner_class(r.environment) in (None, wanted)]
+    notes = []
+    if len(alike) < len(runs):
+        notes.append(
+            f"history: {len(runs) - len(alike)} of {len(runs)} runs came from other runners "
+            f"and are left out of the latency band (this runner: {describe_runner(runner)})"
+        )
+    return History(runs, bands(frame[frame["run"].isin(alike)]), frame, notes)
 
 
 def history_frame(runs: list[RunResults]) -> Any:

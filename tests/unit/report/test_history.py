@@ -118,3 +118,31 @@ def test_history_plus_base_latency_from_the_pair_else_the_band_the_rest_from_bas
     unpaired = dataclasses.replace(head_model, paired_latency=None)
     banded = found(unpaired)["latency_ratio"]
     assert "last 20 main runs" in banded.message and "percentile band" in banded.message
+
+
+SMALL = {"machine": "x86_64", "processor": "AMD EPYC 7763 64-Core Processor", "cpu_count": 2}
+LARGE = {"machine": "x86_64", "processor": "Intel(R) Xeon(R) Platinum 8370C", "cpu_count": 16}
+
+
+def test_the_band_is_drawn_from_this_runners_class_only_and_says_so(tmp_path):
+    """A default branch whose runs moved to a 4x faster runner: its runs neither widen nor
+    shift the band of the small runner's pull request, and the note counts them."""
+    for k in range(12):
+        small = k % 3 != 0  # 8 runs on the small runner, 4 on the large one
+        seconds = 1e-3 * (1 + 0.02 * (k % 4)) if small else 0.25e-3
+        past = run(timed("mlp", seconds), label="main", env=SMALL if small else LARGE)
+        past.created_at = f"2026-11-{k + 1:02d}T10:00:00+00:00"
+        past.write(tmp_path / f"run-{k}" / "results.json")
+    mixed = read_history(f"history:{tmp_path}", last=20)
+    alike = read_history(f"history:{tmp_path}", last=20, runner=SMALL)
+    assert mixed.bands["mlp"].runs == 12 and mixed.notes == []  # no runner given: all runs
+    assert mixed.bands["mlp"].low < 0.5e-3  # the large runner's runs pull the band down
+    band = alike.bands["mlp"]
+    assert band.runs == 8 and 1e-3 <= band.low <= band.median <= band.high < 1.07e-3
+    assert len(alike.runs) == 12  # the newest run is still the base of the other rules
+    (note,) = alike.notes
+    assert "4 of 12 runs came from other runners" in note and "AMD EPYC 7763" in note
+    on_large = read_history(f"history:{tmp_path}", last=20, runner=LARGE)
+    assert on_large.bands["mlp"].runs == 4 and on_large.bands["mlp"].high < 0.3e-3
+    legacy = read_history(f"history:{tmp_path}", last=20, runner={"machine": "x86_64"})
+    assert legacy.bands["mlp"].runs == 12  # a runner without every fact filters nothing
