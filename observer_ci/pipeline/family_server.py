@@ -627,7 +627,7 @@ class FamilyServer:
         only_first = set(first.export.input_names) - set(past.export.input_names)
         if any(is_media_input(name) for name in only_first):
             return None  # a prefill taking image inputs the decode steps never pass
-        from observer_ci.pipeline.diff import flatten_outputs, max_diff
+        from observer_ci.pipeline.diff import flatten_outputs, judge_outputs, max_diff, output_names
         from observer_ci.pipeline.merged_decoder import MERGED_NAME, merged_feeds
         from observer_ci.pipeline.replay import match_feeds
 
@@ -652,9 +652,15 @@ class FamilyServer:
                         got = session.run(
                             None, merged_feeds(session.get_inputs(), feeds, use_cache)
                         )
-                        expected = flatten_outputs(sub.observations[local].outputs)
-                        diff = max_diff(expected, got)
-                        ok = diff.within(self.config.atol, self.config.rtol)
+                        outputs = sub.observations[local].outputs
+                        diff = max_diff(flatten_outputs(outputs), got)
+                        ok, _ = judge_outputs(  # the tolerances its calls are judged by
+                            diff,
+                            output_names(outputs),
+                            self.config.atol,
+                            self.config.rtol,
+                            self.config.outputs,
+                        )
                         graph.abs = max(graph.abs or 0.0, diff.abs)
                         graph.rel = max(graph.rel or 0.0, diff.rel)
                         worst = ok if worst is None else worst and ok
