@@ -47,9 +47,11 @@ _FAST_PATH_MODULES = (
 )
 
 
-def needs_diagnosis(rows: dict[int, ObservationResult]) -> bool:
-    """A call onnxruntime ran that disagrees with torch (failures to run have causes)."""
-    return any(_failing(r) for r in rows.values())
+def failing_calls(indices: list[int], rows: dict[int, ObservationResult]) -> list[tuple[int, int]]:
+    """``(local, call number)`` of the calls onnxruntime ran that disagree with torch
+    (failures to run have causes); ``indices[local]`` is the call number of local call
+    ``local``. Empty: nothing to diagnose."""
+    return [(k, i) for k, i in enumerate(indices) if i in rows and _failing(rows[i])]
 
 
 def _failing(row: ObservationResult) -> bool:
@@ -70,17 +72,16 @@ class SessionStep:
 
 
 def session_step(
-    observer: Any, indices: list[int], rows: dict[int, ObservationResult], session: Any
+    observer: Any,
+    indices: list[int],
+    failing: list[tuple[int, int]],
+    rows: dict[int, ObservationResult],
+    session: Any,
 ) -> SessionStep:
-    """The part of the diagnosis that runs the replay ``session`` (nothing when every call
-    agrees): the last use of the session."""
-    step = SessionStep(
-        failing=[(k, i) for k, i in enumerate(indices) if i in rows and _failing(rows[i])]
-    )
-    if step.failing:
-        step.split, step.feeds = _mask_split(
-            observer, indices, step.failing, rows, session, step.notes
-        )
+    """The part of the diagnosis that runs the replay ``session`` on the ``failing`` calls
+    (:func:`failing_calls`, not empty): the last use of the session."""
+    step = SessionStep(failing=failing)
+    step.split, step.feeds = _mask_split(observer, indices, failing, rows, session, step.notes)
     return step
 
 

@@ -222,13 +222,17 @@ def _state_digest(model: Any) -> str:
 
 
 def _hash_tensor(h: Any, label: str, tensor: Any) -> None:
-    import torch
-
     t = tensor.detach()
     h.update(f"{label}:{t.dtype}:{tuple(t.shape)}:{t.layout}".encode())
-    if t.layout != torch.strided or t.device.type == "meta":
-        return
-    h.update(_bytes_digest(tensor))
+    if _has_bytes(t):
+        h.update(_bytes_digest(tensor))
+
+
+def _has_bytes(tensor: Any) -> bool:
+    """A tensor whose bytes the key hashes: strided, with storage (not on ``meta``)."""
+    import torch
+
+    return tensor.layout == torch.strided and tensor.device.type != "meta"
 
 
 # id(tensor) -> (the tensor, weakly; its version counter; its data pointer; digest of bytes)
@@ -299,8 +303,7 @@ def _digest_in_parallel(model: Any) -> None:
         return
     seen: dict[int, Any] = {}
     for tensor in [*model.parameters(), *model.buffers()]:
-        t = tensor.detach()
-        if t.layout == torch.strided and t.device.type != "meta" and _memoised(tensor) is None:
+        if _has_bytes(tensor) and _memoised(tensor) is None:
             seen.setdefault(id(tensor), tensor)
     tensors = list(seen.values())
     total = sum(t.numel() * t.element_size() for t in tensors)

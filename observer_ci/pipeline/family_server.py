@@ -38,7 +38,7 @@ from observer_ci.pipeline.config import Progress, RunConfig
 from observer_ci.pipeline.diagnosis import (
     SessionStep,
     diagnose_graph,
-    needs_diagnosis,
+    failing_calls,
     session_step,
 )
 from observer_ci.pipeline.export_cache import DEFAULT_CACHE_MAX_MB, MB, cached_export, export_key
@@ -409,9 +409,10 @@ class FamilyServer:
         moving = set(stand_in_failures(graph, rows))  # served again by a graph of their own
         own = {i: r for i, r in rows.items() if i not in moving}
         step = SessionStep()
-        if needs_diagnosis(own):
+        failing = failing_calls(family.indices, own)
+        if failing:
             with self.phase("diagnose"):
-                step = session_step(sub, family.indices, own, session)
+                step = session_step(sub, family.indices, failing, own, session)
         del session  # the first-divergence run opens its own: one onnxruntime copy at a time
         graph.diagnosis = self.diagnose(family, sub, own, step, onnx_path)
         return rows

@@ -32,7 +32,7 @@ from observer_ci.pipeline.causes import (
     probe_sizes,
 )
 from observer_ci.pipeline.diagnosis import uses_fast_path
-from observer_ci.pipeline.diff import flatten_outputs, judge_outputs, max_diff, output_names
+from observer_ci.pipeline.diff import Diff, flatten_outputs, judge_outputs, max_diff, output_names
 from observer_ci.pipeline.export_patches import state_outputs_recomputed
 from observer_ci.pipeline.masks import split_errors
 from observer_ci.pipeline.replay import match_feeds
@@ -206,7 +206,7 @@ def _compared(
         reason=label,
         cause=None
         if within
-        else _mismatch_cause(method, names, flat, expected, got, shapes, atol, rtol),
+        else _mismatch_cause(method, names, flat, expected, got, diff, shapes, atol, rtol),
     )
 
 
@@ -216,12 +216,14 @@ def _mismatch_cause(
     flat: list[torch.Tensor],
     expected: list[Any],
     got: list[Any],
+    diff: Diff,
     shapes: dict[str, list[int]],
     atol: float,
     rtol: float,
 ) -> Cause:
     """Padding when the error lies only where the call's mask drops positions (the probe's
-    mask is made up from the observed ones), else what the export sample's sizes decided."""
+    mask is made up from the observed ones), rounding when it is within ``abs_max`` and over
+    ``rel_max`` only, else what the export sample's sizes decided (``diff``: the verdict's)."""
     split = split_errors(names, flat, expected, got)
     if split is not None and split.masked_only(atol, rtol):
         model = getattr(method, "__self__", method)
@@ -229,7 +231,6 @@ def _mismatch_cause(
         return explain_masked_only(
             split.mask, split.masked_abs, split.valid_abs, uses_fast_path(model), where
         )
-    diff = max_diff(expected, got)
     if diff.comparable and diff.abs <= atol and diff.rel > rtol:
         return explain_probe_rounding(shapes, diff.abs, diff.rel, atol, rtol)
     return explain_probe_mismatch(shapes, diff.abs)

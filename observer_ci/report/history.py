@@ -85,8 +85,8 @@ def read_history(
     runs.sort(key=lambda r: r.created_at or "")
     runs = runs[-max(1, last) :]
     frame = history_frame(runs)
-    wanted = runner_class(runner) if runner is not None else None
-    if runner is None or wanted is None:
+    wanted = runner_class(runner or {})
+    if runner is None or wanted is None:  # no runner, or one without every fact
         return History(runs, bands(frame), frame)
     alike = [k for k, r in enumerate(runs) if runner_class(r.environment) in (None, wanted)]
     notes = []

@@ -144,7 +144,7 @@ class Thresholds:
     """Limits for the regression rules (see the module docstring)."""
 
     abs_max: float = 1e-3
-    rel_max: float = 1e-1  # the reference observer's rtol; see README "Tolerances"
+    rel_max: float = 1e-1  # the reference observer's rtol (README "Why `rel_max` is 0.1")
     abs_growth: float = 10.0
     rel_growth: float = 10.0
     latency_ratio_max: float = 1.5

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from observer_ci.pipeline.diff import max_diff
 from observer_ci.pipeline.probe import _mismatch_cause
 
 SHAPES = {"x": [4, 10]}
@@ -13,8 +14,9 @@ INPUTS = (["x"], [torch.zeros(4, 10)])
 
 
 def cause_of(expected: list[float], got: list[float], atol: float = 1e-3, rtol: float = 1e-1):
-    e, g = np.array(expected, np.float32), np.array(got, np.float32)
-    return _mismatch_cause(torch.nn.Identity(), *INPUTS, [e], [g], SHAPES, atol, rtol)
+    e, g = [np.array(expected, np.float32)], [np.array(got, np.float32)]
+    diff = max_diff(e, g)
+    return _mismatch_cause(torch.nn.Identity(), *INPUTS, e, g, diff, SHAPES, atol, rtol)
 
 
 def test_an_error_within_abs_max_over_rel_max_near_zero_is_rounding_with_its_figures():
